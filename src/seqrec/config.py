@@ -1,0 +1,146 @@
+"""Frozen configuration dataclasses, loaded from defaults -> TOML file -> dotted CLI overrides.
+
+Each key has one home for its default (the dataclass field). Unknown keys and values of the
+wrong type are errors, never silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from seqrec.errors import ConfigError
+
+__all__ = ["DataConfig", "EvalConfig", "RunConfig", "from_dict", "load_config", "parse_override"]
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """How a raw file becomes a prepared dataset (BERT4Rec §4.1, SASRec §IV-A)."""
+
+    format: str | None = None  # reader name; None = from the file name
+    min_user_interactions: int = 5  # k-core: users with fewer are dropped (both papers: 5)
+    min_item_interactions: int = 5  # k-core: items with fewer are dropped (SASRec: 5)
+    user_col: str = "user"  # generic csv/parquet only
+    item_col: str = "item"
+    time_col: str | None = "timestamp"  # None: rows already in time order per user
+    separator: str = ","
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Candidate protocols and metrics (BERT4Rec §4.2, SASRec §IV-D)."""
+
+    protocols: tuple[str, ...] = ("full", "uni100", "pop100")
+    ks: tuple[int, ...] = (1, 5, 10)
+    n_negatives: int = 100
+    negative_seed: int = 42  # the sampled candidates are drawn once per prepared dataset
+    batch_size: int = 256
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    data: DataConfig = field(default_factory=DataConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+
+T = TypeVar("T")
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(value, a, where)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{where}: {value!r} is not a valid {tp}")
+    if origin is tuple:
+        (elem, *_rest) = typing.get_args(tp)
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return tuple(_coerce(v, elem, where) for v in value)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a table, got {value!r}")
+        return from_dict(tp, value, where)  # type: ignore[arg-type]
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{where}: expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{where}: expected a string, got {value!r}")
+    return value
+
+
+def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
+    """Build a config dataclass from a (nested) dict; unknown keys are an error."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}"
+        )
+    kwargs = {k: _coerce(v, hints[k], f"{where}.{k}") for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`section.key=value` -> (["section", "key"], value); the value is read as TOML when it
+    parses (numbers, booleans, lists, quoted strings), else taken as a plain string."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override {text!r}: expected section.key=value")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return key.strip().split("."), value
+
+
+def load_config(
+    cls: type[T], path: str | Path | None = None, overrides: typing.Sequence[str] = ()
+) -> T:
+    """Defaults, then the TOML file, then each `section.key=value` override."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        try:
+            data = tomllib.loads(p.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"{p}: config file not found") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{p}: not valid TOML ({e})") from None
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = data
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {text!r}: {k} is not a section")
+        node[keys[-1]] = value
+    return from_dict(cls, data, str(path) if path else "config")

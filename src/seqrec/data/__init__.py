@@ -1,0 +1,1 @@
+"""Data: readers, download, preprocessing, splits, prepared datasets, batches."""

@@ -1,0 +1,413 @@
+"""Readers: raw dataset files -> one interactions table with *external* ids.
+
+Every reader returns a Polars DataFrame with the columns
+
+    user       external user id (Int64 when the file's ids are integers, else String)
+    item       external item id (likewise)
+    timestamp  Int64; seconds since the epoch, or the record's line order when the file has no time
+    line       Int64; 0-based position of the record in the file, the tie-breaker that keeps
+               equal timestamps in file order (a stable sort, see shared/data/README.md)
+
+Readers never filter or reorder; that is `preprocess`'s job. Every failure is a `DataError` whose
+message names the file (and the line where known) and what was expected.
+"""
+
+from __future__ import annotations
+
+import ast
+import gzip
+import io
+import json
+import re
+import zlib
+from collections.abc import Callable
+from datetime import date
+from pathlib import Path
+
+import polars as pl
+from tqdm import tqdm
+
+from seqrec.errors import DataError
+
+__all__ = [
+    "FORMATS",
+    "INTERACTION_COLUMNS",
+    "detect_format",
+    "read_amazon_csv",
+    "read_amazon_json",
+    "read_interactions",
+    "read_movielens_csv",
+    "read_movielens_dat",
+    "read_steam_reviews",
+    "read_table",
+    "read_user_item_txt",
+]
+
+INTERACTION_COLUMNS = ("user", "item", "timestamp", "line")
+
+
+# --------------------------------------------------------------------------------------- helpers
+
+
+def _read_bytes(path: Path) -> bytes:
+    """The file's content, gunzipped when it starts with the gzip magic; never empty."""
+    if not path.exists():
+        raise DataError(f"{path}: file not found")
+    if path.is_dir():
+        raise DataError(f"{path}: is a directory, expected a data file")
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (EOFError, OSError, zlib.error) as e:
+            raise DataError(f"{path}: truncated or corrupt gzip file ({e})") from None
+    if not raw.strip():
+        raise DataError(f"{path}: empty file, expected interaction records")
+    return raw
+
+
+def _csv_strings(
+    path: Path, *, separator: str, has_header: bool, n_fields: int | None, expected: str
+) -> pl.DataFrame:
+    """Read a delimited file with every column as a string (types are checked afterwards)."""
+    raw = _read_bytes(path)
+    try:
+        df = pl.read_csv(
+            io.BytesIO(raw),
+            separator=separator,
+            has_header=has_header,
+            infer_schema=False,
+            quote_char='"' if separator == "," else None,
+        )
+    except (pl.exceptions.PolarsError, UnicodeDecodeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DataError(f"{path}: could not parse as {expected} ({first})") from None
+    if n_fields is not None and df.width != n_fields:
+        raise DataError(f"{path}: found {df.width} field(s) per line, expected {expected}")
+    if df.height == 0:
+        raise DataError(f"{path}: no records, expected {expected}")
+    return df
+
+
+def _to_int(df: pl.DataFrame, column: str, path: Path, field: str, first_line: int) -> pl.Series:
+    """Cast a string column to Int64, naming the first line whose value is not an integer."""
+    src = df.get_column(column).str.strip_chars()
+    out = src.cast(pl.Int64, strict=False)
+    bad = out.is_null()
+    if bad.any():
+        row = int(bad.arg_max() or 0)
+        value = src[row]
+        raise DataError(
+            f"{path}:{row + first_line}: {field} {value!r} is not an integer"
+            if value is not None
+            else f"{path}:{row + first_line}: missing {field}"
+        )
+    return out.alias(field)
+
+
+def _id_column(df: pl.DataFrame, column: str, path: Path, field: str, first_line: int) -> pl.Series:
+    """An id column: Int64 when every value is an integer, else the stripped strings."""
+    src = df.get_column(column).str.strip_chars()
+    if src.is_null().any() or (src == "").any():
+        row = int((src.is_null() | (src == "")).arg_max() or 0)
+        raise DataError(f"{path}:{row + first_line}: missing {field}")
+    as_int = src.cast(pl.Int64, strict=False)
+    # integers only when every value round-trips: ASINs such as '0205616461' stay strings
+    exact = not as_int.is_null().any() and bool((as_int.cast(pl.String) == src).all())
+    return (as_int if exact else src).alias(field)
+
+
+def _frame(user: pl.Series, item: pl.Series, timestamp: pl.Series) -> pl.DataFrame:
+    n = len(user)
+    return pl.DataFrame(
+        [
+            user.alias("user"),
+            item.alias("item"),
+            timestamp.cast(pl.Int64).alias("timestamp"),
+            pl.int_range(0, n, dtype=pl.Int64, eager=True).alias("line"),
+        ]
+    )
+
+
+# --------------------------------------------------------------------------------------- readers
+
+
+def read_movielens_dat(path: str | Path) -> pl.DataFrame:
+    """MovieLens-1M/10M `ratings.dat`: `UserID::MovieID::Rating::Timestamp`, no header."""
+    path = Path(path)
+    expected = "4 fields 'UserID::MovieID::Rating::Timestamp'"
+    # Reading with ':' as the separator turns each '::' into an empty field between the real ones.
+    df = _csv_strings(path, separator=":", has_header=False, n_fields=7, expected=expected)
+    gaps = df.select(pl.any_horizontal(pl.col(df.columns[i]).is_not_null() for i in (1, 3, 5)))
+    if gaps.to_series().any():
+        row = int(gaps.to_series().arg_max() or 0)
+        raise DataError(f"{path}:{row + 1}: expected {expected}")
+    c = df.columns
+    return _frame(
+        _to_int(df, c[0], path, "UserID", 1),
+        _to_int(df, c[2], path, "MovieID", 1),
+        _to_int(df, c[6], path, "Timestamp", 1),
+    )
+
+
+def read_movielens_csv(path: str | Path) -> pl.DataFrame:
+    """MovieLens-20M/25M `ratings.csv`: header `userId,movieId,rating,timestamp`."""
+    path = Path(path)
+    expected = "a header 'userId,movieId,rating,timestamp'"
+    df = _csv_strings(path, separator=",", has_header=True, n_fields=None, expected=expected)
+    missing = [c for c in ("userId", "movieId", "timestamp") if c not in df.columns]
+    if missing:
+        raise DataError(f"{path}: missing column(s) {', '.join(missing)}; expected {expected}")
+    return _frame(
+        _to_int(df, "userId", path, "userId", 2),
+        _to_int(df, "movieId", path, "movieId", 2),
+        _to_int(df, "timestamp", path, "timestamp", 2),
+    )
+
+
+def read_amazon_csv(path: str | Path) -> pl.DataFrame:
+    """Amazon `ratings_<Category>.csv` (2014 release): `user,item,rating,timestamp`, no header."""
+    path = Path(path)
+    expected = "4 comma-separated fields 'user,item,rating,timestamp'"
+    df = _csv_strings(path, separator=",", has_header=False, n_fields=4, expected=expected)
+    c = df.columns
+    return _frame(
+        _id_column(df, c[0], path, "user", 1),
+        _id_column(df, c[1], path, "item", 1),
+        _to_int(df, c[3], path, "timestamp", 1),
+    )
+
+
+def _json_lines(path: Path, raw: bytes, fields: tuple[str, ...]) -> pl.DataFrame:
+    """Parse JSON lines with the standard library, naming the first bad line."""
+    rows: dict[str, list[object]] = {f: [] for f in fields}
+    for n, line in enumerate(raw.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}:{n}: not a JSON object ({e.msg})") from None
+        if not isinstance(rec, dict):
+            raise DataError(f"{path}:{n}: expected a JSON object, found {type(rec).__name__}")
+        for f in fields:
+            if f not in rec:
+                raise DataError(f"{path}:{n}: missing field {f!r}")
+            rows[f].append(rec[f])
+    return pl.DataFrame({f: [str(v) for v in vs] for f, vs in rows.items()})
+
+
+def read_amazon_json(path: str | Path) -> pl.DataFrame:
+    """Amazon review JSON lines (`reviewerID`, `asin`, `unixReviewTime`), plain or .gz."""
+    path = Path(path)
+    fields = ("reviewerID", "asin", "unixReviewTime")
+    raw = _read_bytes(path)
+    try:
+        df = pl.read_ndjson(io.BytesIO(raw), infer_schema_length=1000).select(fields)
+        df = df.with_columns(pl.col(f).cast(pl.String) for f in fields)
+    except (pl.exceptions.PolarsError, pl.exceptions.ColumnNotFoundError):
+        # Slow path only to find and name the offending line.
+        df = _json_lines(path, raw, fields)
+    return _frame(
+        _id_column(df, "reviewerID", path, "reviewerID", 1),
+        _id_column(df, "asin", path, "asin", 1),
+        _to_int(df, "unixReviewTime", path, "unixReviewTime", 1),
+    )
+
+
+_STEAM_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+def read_steam_reviews(path: str | Path, *, progress: bool = True) -> pl.DataFrame:
+    """Steam `steam_reviews.json.gz`: one Python-literal dict per line (`username`, `product_id`,
+    `date` as YYYY-MM-DD). Parsed with `ast.literal_eval`, never `eval`: the file is data."""
+    path = Path(path)
+    raw = _read_bytes(path)
+    users: list[str] = []
+    items: list[str] = []
+    times: list[int] = []
+    epoch = date(1970, 1, 1)
+    lines = raw.decode("utf-8", errors="replace").splitlines()
+    for n, line in enumerate(tqdm(lines, desc="steam", unit="line", disable=not progress), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = ast.literal_eval(line)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            raise DataError(f"{path}:{n}: expected a Python dict literal") from None
+        if not isinstance(rec, dict):
+            raise DataError(f"{path}:{n}: expected a Python dict literal")
+        for f in ("username", "product_id", "date"):
+            if f not in rec:
+                raise DataError(f"{path}:{n}: missing field {f!r}")
+        d = str(rec["date"])
+        if not _STEAM_DATE.match(d):
+            raise DataError(f"{path}:{n}: date {d!r} is not YYYY-MM-DD")
+        users.append(str(rec["username"]))
+        items.append(str(rec["product_id"]))
+        times.append((date.fromisoformat(d) - epoch).days * 86_400)
+    if not users:
+        raise DataError(f"{path}: no records, expected Steam review dicts")
+    return _frame(pl.Series(users), pl.Series(items), pl.Series(times, dtype=pl.Int64))
+
+
+def read_user_item_txt(path: str | Path) -> pl.DataFrame:
+    """The papers' `user item` text file (plain or .gz), each user's lines already in time order.
+
+    It has no timestamps: `timestamp` is the line order, so sorting keeps the file's order.
+    """
+    path = Path(path)
+    expected = "2 space-separated integer fields 'user item'"
+    raw = _read_bytes(path)
+    # Accept tabs or runs of spaces as well as the single spaces of the original file.
+    raw = re.sub(rb"[ \t]+", b" ", raw).replace(b" \n", b"\n").replace(b"\n ", b"\n")
+    df = _csv_strings_from(path, raw, expected)
+    c = df.columns
+    user = _to_int(df, c[0], path, "user", 1)
+    item = _to_int(df, c[1], path, "item", 1)
+    return _frame(user, item, pl.int_range(0, len(user), dtype=pl.Int64, eager=True))
+
+
+def _csv_strings_from(path: Path, raw: bytes, expected: str) -> pl.DataFrame:
+    try:
+        df = pl.read_csv(
+            io.BytesIO(raw.strip() + b"\n"), separator=" ", has_header=False, infer_schema=False
+        )
+    except pl.exceptions.PolarsError as e:
+        first = str(e).strip().splitlines()[0]
+        raise DataError(f"{path}: could not parse as {expected} ({first})") from None
+    if df.width != 2:
+        raise DataError(f"{path}: found {df.width} field(s) per line, expected {expected}")
+    return df
+
+
+def read_table(
+    path: str | Path,
+    *,
+    user_col: str = "user",
+    item_col: str = "item",
+    time_col: str | None = "timestamp",
+    separator: str = ",",
+) -> pl.DataFrame:
+    """A generic CSV (with a header) or Parquet interaction log with configurable column names.
+
+    `time_col=None` means the rows are already in time order per user (line order is used).
+    Timestamps may be integers (epoch seconds) or ISO dates/datetimes.
+    """
+    path = Path(path)
+    wanted = [c for c in (user_col, item_col, time_col) if c is not None]
+    if path.suffix == ".parquet":
+        if not path.exists():
+            raise DataError(f"{path}: file not found")
+        try:
+            df = pl.read_parquet(path)
+        except (pl.exceptions.PolarsError, OSError) as e:
+            first = str(e).strip().splitlines()[0]
+            raise DataError(f"{path}: could not read as Parquet ({first})") from None
+        missing = [c for c in wanted if c not in df.columns]
+        if missing:
+            raise DataError(
+                f"{path}: missing column(s) {', '.join(missing)}; has {', '.join(df.columns)}"
+            )
+        df = df.select(wanted)
+        if df.height == 0:
+            raise DataError(f"{path}: no records")
+        df = df.with_columns(pl.col(c).cast(pl.String) for c in wanted if df[c].dtype != pl.String)
+        first_line = 1
+    else:
+        expected = f"a header with columns {', '.join(wanted)} separated by {separator!r}"
+        df = _csv_strings(
+            path, separator=separator, has_header=True, n_fields=None, expected=expected
+        )
+        missing = [c for c in wanted if c not in df.columns]
+        if missing:
+            raise DataError(f"{path}: missing column(s) {', '.join(missing)}; expected {expected}")
+        first_line = 2
+    user = _id_column(df, user_col, path, user_col, first_line)
+    item = _id_column(df, item_col, path, item_col, first_line)
+    if time_col is None:
+        ts = pl.int_range(0, df.height, dtype=pl.Int64, eager=True)
+    else:
+        ts = _timestamp_column(df, time_col, path, first_line)
+    return _frame(user, item, ts)
+
+
+def _timestamp_column(df: pl.DataFrame, column: str, path: Path, first_line: int) -> pl.Series:
+    src = df.get_column(column).str.strip_chars()
+    as_int = src.cast(pl.Int64, strict=False)
+    if not as_int.is_null().any():
+        return as_int
+    as_dt = src.str.to_datetime(strict=False, time_unit="us")
+    if not as_dt.is_null().any():
+        return (as_dt.dt.epoch("s")).alias(column)
+    row = int((as_int.is_null() & as_dt.is_null()).arg_max() or 0)
+    raise DataError(
+        f"{path}:{row + first_line}: {column} {src[row]!r} is neither an integer "
+        "nor an ISO datetime"
+    )
+
+
+# ------------------------------------------------------------------------------- format dispatch
+
+Reader = Callable[[Path], pl.DataFrame]
+
+FORMATS: dict[str, Reader] = {
+    "movielens-dat": read_movielens_dat,
+    "movielens-csv": read_movielens_csv,
+    "amazon-csv": read_amazon_csv,
+    "amazon-json": read_amazon_json,
+    "steam": read_steam_reviews,
+    "user-item": read_user_item_txt,
+    "csv": read_table,
+    "parquet": read_table,
+}
+
+
+def detect_format(path: str | Path) -> str:
+    """Guess the format from the file name; `--format` overrides it."""
+    name = Path(path).name.lower()
+    stem = name[:-3] if name.endswith(".gz") else name
+    if stem.endswith(".dat"):
+        return "movielens-dat"
+    if stem == "ratings.csv":
+        return "movielens-csv"
+    if stem.startswith("ratings_") and stem.endswith(".csv"):
+        return "amazon-csv"
+    if stem.startswith("steam"):
+        return "steam"
+    if stem.endswith((".json", ".jsonl")):
+        return "amazon-json"
+    if stem.endswith(".txt"):
+        return "user-item"
+    if stem.endswith(".parquet"):
+        return "parquet"
+    if stem.endswith(".csv"):
+        return "csv"
+    raise DataError(
+        f"{path}: cannot tell the format from the file name; pass --format one of "
+        + ", ".join(FORMATS)
+    )
+
+
+def read_interactions(
+    path: str | Path,
+    fmt: str | None = None,
+    *,
+    user_col: str = "user",
+    item_col: str = "item",
+    time_col: str | None = "timestamp",
+    separator: str = ",",
+) -> pl.DataFrame:
+    """Read any supported file into the interactions table (format from the name unless given).
+
+    The column options apply to the generic `csv` and `parquet` formats only.
+    """
+    path = Path(path)
+    fmt = fmt or detect_format(path)
+    if fmt not in FORMATS:
+        raise DataError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if fmt in ("csv", "parquet"):
+        return read_table(
+            path, user_col=user_col, item_col=item_col, time_col=time_col, separator=separator
+        )
+    return FORMATS[fmt](path)

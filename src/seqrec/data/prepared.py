@@ -1,0 +1,291 @@
+"""The prepared-dataset directory: what every model trains and is evaluated on.
+
+    manifest.json      format version, source fingerprint (path, size, mtime) and every setting
+    sequences.parquet  (user, item) internal ids, each user's items oldest first, users in order
+    vocab.json         {"users": [external ids...], "items": [external ids...]}; internal item i
+                       is items[i - 1], internal user u is users[u]
+    stats.json         the Table-1 row (see preprocess.dataset_stats)
+    negatives.npz      sampled candidates, (E, n) per split and protocol: valid_uni100, ...
+
+It is rebuilt only when its inputs or settings change, and written to a temporary directory that
+is renamed into place when complete: an error never leaves a partial directory behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from seqrec.config import DataConfig, EvalConfig
+from seqrec.data import download
+from seqrec.data.io import read_interactions
+from seqrec.data.preprocess import Preprocessed, Sequences, dataset_stats, preprocess
+from seqrec.data.split import LeaveOneOut, Split, leave_one_out
+from seqrec.errors import DataError
+from seqrec.evaluate import (
+    PROTOCOLS,
+    SAMPLED_PROTOCOLS,
+    EvalReport,
+    Scorer,
+    evaluate,
+    item_popularity,
+    sample_negatives,
+)
+from seqrec.metrics import DEFAULT_KS
+
+__all__ = [
+    "FORMAT_VERSION",
+    "PreparedDataset",
+    "load_prepared",
+    "prepare",
+    "prepare_frame",
+    "resolve_source",
+]
+
+FORMAT_VERSION = 1
+
+
+@dataclass
+class PreparedDataset:
+    path: Path
+    manifest: dict[str, Any]
+    sequences: Sequences
+    user_ids: list[Any]
+    item_ids: list[Any]
+    stats: dict[str, Any]
+    _negatives: dict[str, np.ndarray]
+
+    @property
+    def name(self) -> str:
+        return str(self.manifest.get("name", self.path.name))
+
+    @property
+    def n_items(self) -> int:
+        return self.sequences.n_items
+
+    @cached_property
+    def split(self) -> LeaveOneOut:
+        return leave_one_out(self.sequences)
+
+    def negatives(self, split: Split) -> dict[str, np.ndarray]:
+        """The stored sampled candidates of one split, by protocol."""
+        return {p: self._negatives[f"{split}_{p}"] for p in SAMPLED_PROTOCOLS}
+
+    def evaluate(
+        self,
+        scorer: Scorer,
+        split: Split = "test",
+        *,
+        protocols: Sequence[str] = PROTOCOLS,
+        ks: Sequence[int] = DEFAULT_KS,
+        batch_size: int = 256,
+        progress: bool = False,
+    ) -> EvalReport:
+        """Evaluate a scorer on one split against this dataset's stored candidates."""
+        return evaluate(
+            scorer,
+            self.split.eval_set(split),
+            protocols=protocols,
+            negatives=self.negatives(split),
+            ks=ks,
+            batch_size=batch_size,
+            progress=progress,
+        )
+
+
+def resolve_source(
+    data: str, fmt: str | None = None, *, progress: bool = True
+) -> tuple[Path, str | None]:
+    """`--data`: a dataset name (cache, then download) or a file path."""
+    if data in download.DATASETS:
+        source = download.DATASETS[data]
+        return download.fetch(source, progress=progress), fmt or source.format
+    path = Path(data).expanduser()
+    if not path.exists():
+        raise DataError(
+            f"{data}: no such file, and not a dataset name ({', '.join(download.DATASETS)})"
+        )
+    return path, fmt
+
+
+def _fingerprint(source: Path) -> dict[str, Any]:
+    st = source.stat()
+    return {"path": str(source.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _settings(data_cfg: DataConfig, eval_cfg: EvalConfig) -> dict[str, Any]:
+    return {
+        "format_version": FORMAT_VERSION,
+        "data": asdict(data_cfg),
+        "n_negatives": eval_cfg.n_negatives,
+        "negative_seed": eval_cfg.negative_seed,
+    }
+
+
+def _default_dir(name: str, key: dict[str, Any]) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    return download.cache_dir() / "prepared" / f"{name}-{digest}"
+
+
+def _dataset_name(path: Path) -> str:
+    name = path.name
+    for suffix in (".gz", ".txt", ".csv", ".dat", ".json", ".jsonl", ".parquet"):
+        name = name.removesuffix(suffix)
+    return name or "dataset"
+
+
+def prepare(
+    data: str | Path,
+    *,
+    data_cfg: DataConfig | None = None,
+    eval_cfg: EvalConfig | None = None,
+    out: Path | None = None,
+    force: bool = False,
+    progress: bool = True,
+) -> PreparedDataset:
+    """Read, preprocess, split and sample candidates for a dataset name or file; reuse the
+    prepared directory when the source file and every setting are unchanged."""
+    data_cfg = data_cfg or DataConfig()
+    eval_cfg = eval_cfg or EvalConfig()
+    source, fmt = resolve_source(str(data), data_cfg.format, progress=progress)
+    key = {"source": _fingerprint(source), **_settings(data_cfg, eval_cfg)}
+    name = str(data) if str(data) in download.DATASETS else _dataset_name(source)
+    out = out or _default_dir(name, key)
+    if not force and (out / "manifest.json").exists():
+        try:
+            manifest = json.loads((out / "manifest.json").read_text())
+        except json.JSONDecodeError:
+            manifest = {}
+        if manifest.get("key") == key:
+            return load_prepared(out)
+    df = read_interactions(
+        source,
+        fmt,
+        user_col=data_cfg.user_col,
+        item_col=data_cfg.item_col,
+        time_col=data_cfg.time_col,
+        separator=data_cfg.separator,
+    )
+    return prepare_frame(df, out, name=name, key=key, data_cfg=data_cfg, eval_cfg=eval_cfg)
+
+
+def prepare_frame(
+    interactions: pl.DataFrame,
+    out: Path,
+    *,
+    name: str,
+    key: dict[str, Any] | None = None,
+    data_cfg: DataConfig | None = None,
+    eval_cfg: EvalConfig | None = None,
+) -> PreparedDataset:
+    """Prepare an in-memory interactions table (e.g. synthetic data) into `out`."""
+    data_cfg = data_cfg or DataConfig()
+    eval_cfg = eval_cfg or EvalConfig()
+    key = key or {"source": {"in_memory": name}, **_settings(data_cfg, eval_cfg)}
+    pre = preprocess(
+        interactions,
+        min_user_interactions=data_cfg.min_user_interactions,
+        min_item_interactions=data_cfg.min_item_interactions,
+    )
+    negatives = _sample_all(pre, eval_cfg)
+    manifest = {"name": name, "key": key, "stats": dataset_stats(pre.sequences)}
+    _write_atomically(out, pre, manifest, negatives)
+    return load_prepared(out)
+
+
+def _sample_all(pre: Preprocessed, eval_cfg: EvalConfig) -> dict[str, np.ndarray]:
+    seqs = pre.sequences
+    split = leave_one_out(seqs)
+    popularity = item_popularity(seqs)
+    out: dict[str, np.ndarray] = {}
+    for s_i, eval_set in enumerate((split.valid, split.test)):
+        users, split_name = eval_set.users, eval_set.split
+        for p_i, protocol in enumerate(SAMPLED_PROTOCOLS):
+            weights = popularity if protocol == "pop100" else None
+            # one independent, reproducible stream per (split, protocol)
+            seed = int(
+                np.random.SeedSequence([eval_cfg.negative_seed, s_i, p_i]).generate_state(1)[0]
+            )
+            out[f"{split_name}_{protocol}"] = sample_negatives(
+                seqs, users, n=eval_cfg.n_negatives, weights=weights, seed=seed
+            )
+    return out
+
+
+def _write_atomically(
+    out: Path, pre: Preprocessed, manifest: dict[str, Any], negatives: dict[str, np.ndarray]
+) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    try:
+        seqs = pre.sequences
+        pl.DataFrame(
+            {
+                "user": seqs.user_index().astype(np.int32),
+                "item": seqs.items.astype(np.int32),
+            }
+        ).write_parquet(tmp / "sequences.parquet")
+        vocab = {"users": pre.user_ids.to_list(), "items": pre.item_ids.to_list()}
+        (tmp / "vocab.json").write_text(json.dumps(vocab))
+        (tmp / "stats.json").write_text(json.dumps(manifest["stats"], indent=2) + "\n")
+        with (tmp / "negatives.npz").open("wb") as f:
+            arrays: dict[str, Any] = {k: v.astype(np.int32) for k, v in negatives.items()}
+            np.savez_compressed(f, **arrays)
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        if out.exists():
+            old = out.with_name(f".{out.name}.old-{os.getpid()}")
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def load_prepared(path: str | Path) -> PreparedDataset:
+    path = Path(path)
+    manifest_path = path / "manifest.json"
+    if not manifest_path.exists():
+        raise DataError(f"{path}: not a prepared dataset (no manifest.json); run `seqrec prepare`")
+    manifest = json.loads(manifest_path.read_text())
+    version = manifest.get("key", {}).get("format_version")
+    if version != FORMAT_VERSION:
+        raise DataError(
+            f"{path}: prepared with format {version}, expected {FORMAT_VERSION}; prepare again"
+        )
+    vocab = json.loads((path / "vocab.json").read_text())
+    table = pl.read_parquet(path / "sequences.parquet")
+    users = table.get_column("user").to_numpy().astype(np.int64)
+    n_users = len(vocab["users"])
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(users, minlength=n_users))]).astype(
+        np.int64
+    )
+    seqs = Sequences(
+        items=table.get_column("item").to_numpy().astype(np.int64),
+        offsets=offsets,
+        n_items=len(vocab["items"]),
+    )
+    with np.load(path / "negatives.npz") as npz:
+        negatives = {k: npz[k].astype(np.int64) for k in npz.files}
+    stats = json.loads((path / "stats.json").read_text())
+    return PreparedDataset(
+        path=path,
+        manifest=manifest,
+        sequences=seqs,
+        user_ids=vocab["users"],
+        item_ids=vocab["items"],
+        stats=stats,
+        _negatives=negatives,
+    )

@@ -1,0 +1,67 @@
+"""Leave-one-out (BERT4Rec §4.2, SASRec §IV-A): per user, the last item is the test target, the
+second-last the validation target, the rest is training.
+
+- the validation input is the history *before* the validation item (it never sees the test item);
+- the test input is the full history before the test item, validation item included;
+- users with fewer than 3 items have nothing to hold out: all their items are training data and
+  they are not evaluated (with the papers' 5-core filter this never happens).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from seqrec.data.preprocess import Sequences
+
+__all__ = ["EvalSet", "LeaveOneOut", "Split", "leave_one_out"]
+
+Split = Literal["valid", "test"]
+
+
+@dataclass(frozen=True)
+class EvalSet:
+    """The users of one evaluation split, their input histories and their target items."""
+
+    split: Split
+    users: np.ndarray  # (E,) internal user index
+    histories: Sequences  # row e: the input of users[e], oldest first
+    targets: np.ndarray  # (E,) internal item id
+
+
+@dataclass(frozen=True)
+class LeaveOneOut:
+    sequences: Sequences  # full sequences (training + validation + test items)
+    train: Sequences  # all but the last two items of every evaluated user
+    valid: EvalSet
+    test: EvalSet
+
+    def eval_set(self, split: Split) -> EvalSet:
+        if split == "valid":
+            return self.valid
+        if split == "test":
+            return self.test
+        raise ValueError(f"split must be 'valid' or 'test', got {split!r}")
+
+
+def leave_one_out(seqs: Sequences) -> LeaveOneOut:
+    lengths = seqs.lengths
+    all_users = np.arange(seqs.n_users, dtype=np.int64)
+    evaluated = all_users[lengths >= 3]
+    last = seqs.offsets[evaluated + 1] - 1
+    train = seqs.take(all_users, drop_last=np.where(lengths >= 3, 2, 0))
+    valid = EvalSet(
+        split="valid",
+        users=evaluated,
+        histories=seqs.take(evaluated, drop_last=2),
+        targets=seqs.items[last - 1],
+    )
+    test = EvalSet(
+        split="test",
+        users=evaluated,
+        histories=seqs.take(evaluated, drop_last=1),
+        targets=seqs.items[last],
+    )
+    return LeaveOneOut(sequences=seqs, train=train, valid=valid, test=test)

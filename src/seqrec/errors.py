@@ -1,0 +1,21 @@
+"""Errors a user can act on. The CLI prints their message as one line and exits non-zero."""
+
+from __future__ import annotations
+
+__all__ = ["ConfigError", "DataError", "DownloadError", "SeqrecError"]
+
+
+class SeqrecError(Exception):
+    """Base class: the message is one line that says what was wrong and what was expected."""
+
+
+class DataError(SeqrecError, ValueError):
+    """An input file (or column, or line of it) is not what the reader expected."""
+
+
+class DownloadError(SeqrecError):
+    """A dataset could not be fetched or failed verification."""
+
+
+class ConfigError(SeqrecError, ValueError):
+    """A config file or override names an unknown key or holds a value of the wrong type."""

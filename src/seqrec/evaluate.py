@@ -1,0 +1,217 @@
+"""Evaluate any scorer under the three candidate protocols, from one seeded split.
+
+- `full`:   the target is ranked against every item; the user's other history items (the input
+            history) are excluded, as is the padding id 0.
+- `uni100`: against 100 negatives drawn uniformly from the items the user never interacted with
+            (training, validation and test items all excluded) — SASRec §IV-D.
+- `pop100`: the same pool, negatives drawn in proportion to popularity — BERT4Rec §4.2. Popularity
+            is counted over the whole dataset, as the original BERT4Rec code does.
+
+Negatives are drawn without replacement (Gumbel top-k), once per split and seed, and stored with
+the prepared data so every model is ranked against the same candidates.
+
+Ties: a candidate whose score equals the target's counts as ranked above it (the pessimistic
+rank). A constant scorer therefore gets the worst rank, never a lucky one, and a NaN target score
+ranks last.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import polars as pl
+import torch
+from tqdm import tqdm
+
+from seqrec.data.preprocess import Sequences
+from seqrec.data.split import EvalSet
+from seqrec.metrics import DEFAULT_KS, summarize
+
+__all__ = [
+    "PROTOCOLS",
+    "SAMPLED_PROTOCOLS",
+    "EvalReport",
+    "Scorer",
+    "evaluate",
+    "item_popularity",
+    "load_ranks",
+    "pad_histories",
+    "parse_protocols",
+    "sample_negatives",
+    "save_ranks",
+]
+
+PROTOCOLS = ("full", "uni100", "pop100")
+SAMPLED_PROTOCOLS = ("uni100", "pop100")
+N_NEGATIVES = 100
+
+
+class Scorer(Protocol):
+    """Anything that scores every item for a batch of histories.
+
+    `max_len`: how many most-recent items the scorer looks at (None: all).
+    `score(histories)`: histories (B, L) int64, left-padded with 0, most recent item last
+    -> scores (B, n_items + 1) float; column 0 (padding) is ignored.
+    """
+
+    max_len: int | None
+
+    def score(self, histories: torch.Tensor) -> torch.Tensor: ...
+
+
+def parse_protocols(text: str | Sequence[str]) -> tuple[str, ...]:
+    names = [p.strip() for p in (text.split(",") if isinstance(text, str) else text) if p.strip()]
+    bad = [p for p in names if p not in PROTOCOLS]
+    if bad or not names:
+        raise ValueError(
+            f"unknown protocol {', '.join(bad) or '(none)'}; expected {', '.join(PROTOCOLS)}"
+        )
+    return tuple(dict.fromkeys(names))
+
+
+def item_popularity(seqs: Sequences) -> np.ndarray:
+    """(n_items + 1,) interaction count of every item id (index 0, padding, is 0)."""
+    return np.bincount(seqs.items, minlength=seqs.n_items + 1).astype(np.int64)
+
+
+def pad_histories(seqs: Sequences, rows: np.ndarray, max_len: int | None = None) -> np.ndarray:
+    """(B, L) the last L items of each row's sequence, left-padded with 0 (most recent last).
+    L = the longest selected history, capped at max_len."""
+    starts, ends = seqs.offsets[rows], seqs.offsets[rows + 1]
+    longest = int((ends - starts).max()) if len(rows) else 0
+    width = max(1, longest if max_len is None else min(longest, max_len))
+    idx = ends[:, None] - width + np.arange(width)[None, :]  # (B, L)
+    valid = idx >= starts[:, None]
+    return np.where(valid, seqs.items[np.clip(idx, 0, max(len(seqs.items) - 1, 0))], 0)
+
+
+def sample_negatives(
+    seqs: Sequences,
+    users: np.ndarray,
+    *,
+    n: int = N_NEGATIVES,
+    weights: np.ndarray | None = None,
+    seed: int = 0,
+    max_cells: int = 1 << 24,
+) -> np.ndarray:
+    """(E, n) negatives for each user in `users`, without replacement, never an item of the user's
+    full sequence. `weights` (n_items + 1,): sampling weights (None = uniform). A user with fewer
+    than n eligible items gets all of them, the rest of the row padded with 0."""
+    rng = np.random.default_rng(seed)
+    n_cols = seqs.n_items + 1
+    if weights is None:
+        logw = np.zeros(n_cols)
+    else:
+        with np.errstate(divide="ignore"):  # weight 0 -> log 0 = -inf: never drawn
+            logw = np.log(np.asarray(weights, dtype=np.float64))
+    logw[0] = -np.inf  # padding is never a candidate
+    out = np.zeros((len(users), n), dtype=np.int64)
+    chunk = max(1, max_cells // n_cols)
+    for lo in range(0, len(users), chunk):
+        rows = users[lo : lo + chunk]
+        # Gumbel top-k == successive sampling without replacement in proportion to the weights.
+        keys = logw[None, :] + rng.gumbel(size=(len(rows), n_cols))
+        seen = seqs.take(rows)
+        keys[seen.user_index(), seen.items] = -np.inf
+        k = min(n, n_cols)
+        top = np.argpartition(-keys, k - 1, axis=1)[:, :k]
+        top_keys = np.take_along_axis(keys, top, axis=1)
+        order = np.argsort(-top_keys, axis=1, kind="stable")
+        top = np.take_along_axis(top, order, axis=1)
+        top_keys = np.take_along_axis(top_keys, order, axis=1)
+        out[lo : lo + len(rows), :k] = np.where(np.isfinite(top_keys), top, 0)
+    return out
+
+
+@dataclass
+class EvalReport:
+    split: str
+    users: np.ndarray  # (E,) internal user index
+    ranks: dict[str, np.ndarray]  # protocol -> (E,) 0-based rank of the target
+    metrics: dict[str, dict[str, float]] = field(default_factory=dict)  # protocol -> name -> value
+    n_candidates: dict[str, int] = field(default_factory=dict)
+
+
+@torch.no_grad()
+def evaluate(
+    scorer: Scorer,
+    eval_set: EvalSet,
+    *,
+    protocols: Sequence[str] = PROTOCOLS,
+    negatives: Mapping[str, np.ndarray] | None = None,
+    ks: Sequence[int] = DEFAULT_KS,
+    batch_size: int = 256,
+    device: torch.device | str = "cpu",
+    progress: bool = False,
+) -> EvalReport:
+    """Rank every user's target under each protocol; metrics are means over users."""
+    protocols = parse_protocols(protocols)
+    for p in protocols:
+        if p in SAMPLED_PROTOCOLS and (negatives is None or p not in negatives):
+            raise ValueError(
+                f"protocol {p} needs the stored negatives of the {eval_set.split} split"
+            )
+    hist = eval_set.histories
+    n_eval = len(eval_set.targets)
+    ranks = {p: np.zeros(n_eval, dtype=np.int64) for p in protocols}
+    # Group users by history length so each batch pads little; results go back to user order.
+    order = np.argsort(hist.lengths, kind="stable")
+    bar = tqdm(total=n_eval, desc=f"evaluate {eval_set.split}", unit="user", disable=not progress)
+    for lo in range(0, n_eval, batch_size):
+        rows = order[lo : lo + batch_size]
+        inputs = torch.from_numpy(pad_histories(hist, rows, scorer.max_len)).to(device)
+        scores = scorer.score(inputs).float()  # (B, V)
+        targets = torch.from_numpy(eval_set.targets[rows]).to(device)
+        t_score = scores.gather(1, targets[:, None])  # (B, 1)
+        # NaN target -> -inf so that it ranks last among the candidates
+        t_score = torch.nan_to_num(t_score, nan=-torch.inf)
+        for p in protocols:
+            if p == "full":
+                seen = torch.from_numpy(pad_histories(hist, rows)).to(
+                    device
+                )  # (B, H) whole history
+                cand = torch.ones_like(scores, dtype=torch.bool)
+                cand[:, 0] = False
+                cand.scatter_(1, seen, False)
+                cand.scatter_(1, targets[:, None], False)  # the target itself is not a rival
+                above = (scores >= t_score) & cand
+            else:
+                assert negatives is not None
+                negs = torch.from_numpy(negatives[p][rows]).to(device)  # (B, N)
+                above = (scores.gather(1, negs) >= t_score) & (negs != 0)
+            ranks[p][rows] = above.sum(1).cpu().numpy()
+        bar.update(len(rows))
+    bar.close()
+    report = EvalReport(split=eval_set.split, users=eval_set.users, ranks=ranks)
+    for p in protocols:
+        report.metrics[p] = summarize(ranks[p], ks)
+        report.n_candidates[p] = (
+            hist.n_items if p == "full" else int(negatives[p].shape[1]) + 1 if negatives else 0
+        )
+    return report
+
+
+def save_ranks(report: EvalReport, path: Path, user_ids: Sequence[Any] | None = None) -> None:
+    """Every user's 0-based rank per protocol, as Parquet (columns: user, rank_<protocol>).
+    `user` is the external id when `user_ids` is given, else the internal index."""
+    users = report.users if user_ids is None else [user_ids[u] for u in report.users.tolist()]
+    table = pl.DataFrame({"user": users, **{f"rank_{p}": r for p, r in report.ranks.items()}})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    table.write_parquet(tmp)
+    os.replace(tmp, path)
+
+
+def load_ranks(path: Path) -> dict[str, np.ndarray]:
+    """protocol -> (E,) ranks, in the file's user order."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: rank file not found")
+    table = pl.read_parquet(path)
+    return {
+        c.removeprefix("rank_"): table[c].to_numpy() for c in table.columns if c.startswith("rank_")
+    }

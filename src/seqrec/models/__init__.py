@@ -1,0 +1,1 @@
+"""Models: architecture only (`forward(input_ids) -> hidden`), plus the baselines."""

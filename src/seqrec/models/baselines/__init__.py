@@ -1,0 +1,5 @@
+"""Non-neural and classic baselines, one file each."""
+
+from seqrec.models.baselines.pop import Popularity
+
+__all__ = ["Popularity"]

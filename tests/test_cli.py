@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from seqrec.cli import main
+from seqrec.data.download import DatasetSource
+from seqrec.data.synthetic import synthetic_interactions
+
+
+def _log(tmp_path: Path) -> Path:
+    df = synthetic_interactions(n_users=80, n_items=50, seed=1)
+    p = tmp_path / "ratings.dat"
+    rows = df.select("user", "item", "timestamp").iter_rows()
+    p.write_text("".join(f"{u}::{i}::4::{t}\n" for u, i, t in rows))
+    return p
+
+
+def test_stats_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = _log(tmp_path)
+    assert main(["stats", "--data", str(src), "--json", "--quiet"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert set(stats) == {"users", "items", "actions", "avg_length", "density"}
+    assert stats["users"] == 80
+    assert main(["stats", "--data", str(src), "--min-user-interactions", "30", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "| dataset | #users |" in out and "| ratings |" in out
+
+
+def test_evaluate_pop_json_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = _log(tmp_path)
+    ranks = tmp_path / "pop.parquet"
+    argv = [
+        "evaluate",
+        "pop",
+        "--data",
+        str(src),
+        "--protocol",
+        "full,pop100",
+        "--json",
+        "--quiet",
+        "--save-ranks",
+        str(ranks),
+    ]
+    assert main(argv) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert list(res) == ["full", "pop100"]
+    assert set(res["full"]) == {"hr@1", "hr@5", "hr@10", "ndcg@5", "ndcg@10", "mrr"}
+    assert 0 <= res["pop100"]["ndcg@10"] <= res["pop100"]["hr@10"] <= 1
+    # comparing a result with itself: no difference, p = 1
+    assert (
+        main(["significance", str(ranks), str(ranks), "--protocol", "full,pop100", "--json"]) == 0
+    )
+    sig = json.loads(capsys.readouterr().out)
+    assert sig["full"]["diff"] == 0 and sig["pop100"]["t_pvalue"] == 1.0
+
+
+def test_bad_input_is_one_line_and_nonzero(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "ratings.dat"
+    bad.write_text("1,2,3,4\n")
+    assert main(["prepare", "--data", str(bad), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert err.startswith("seqrec: error: ") and "ratings.dat" in err and "expected 4 fields" in err
+    assert not (tmp_path / "seqrec-home" / "prepared").exists() or not any(
+        (tmp_path / "seqrec-home" / "prepared").iterdir()
+    )
+
+
+def test_unknown_config_key_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = _log(tmp_path)
+    assert main(["prepare", "--data", str(src), "--set", "data.min_users=3", "--quiet"]) == 2
+    assert "unknown key(s) min_users" in capsys.readouterr().err
+
+
+def test_quickstart_falls_back_to_synthetic(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("SEQREC_DATA_DIR", raising=False)
+    unreachable = DatasetSource(
+        name="ml-1m",
+        url="http://127.0.0.1:9/ml-1m.zip",
+        archive="ml-1m.zip",
+        data_file="ml-1m/ratings.dat",
+        format="movielens-dat",
+    )
+    monkeypatch.setattr("seqrec.data.download.DATASETS", {"ml-1m": unreachable})
+    assert main(["quickstart"]) == 0
+    out = capsys.readouterr()
+    assert "running on SYNTHETIC data" in out.err and out.err.count("\n") == 1
+    assert "| pop full |" in out.out and "| pop pop100 |" in out.out

@@ -1,0 +1,149 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from seqrec.data.preprocess import Sequences, preprocess
+from seqrec.data.split import leave_one_out
+from seqrec.data.synthetic import synthetic_interactions
+from seqrec.evaluate import evaluate, item_popularity, pad_histories, sample_negatives
+from seqrec.models.baselines import Popularity
+
+
+class TableScorer:
+    """Scores from a fixed (n_users, V) table, looked up by the history's identity."""
+
+    max_len = None
+
+    def __init__(self, table: np.ndarray, histories: Sequences) -> None:
+        self.table = torch.as_tensor(table, dtype=torch.float32)
+        self.keys = {tuple(histories[u].tolist()): u for u in range(histories.n_users)}
+
+    def score(self, histories: torch.Tensor) -> torch.Tensor:
+        rows = [self.keys[tuple(int(i) for i in h if i != 0)] for h in histories]
+        return self.table[rows]
+
+
+def test_pad_histories_left_pads_and_truncates() -> None:
+    seqs = Sequences.from_lists([[1, 2, 3], [4], [5, 6, 7, 8]])
+    assert pad_histories(seqs, np.array([0, 1, 2])).tolist() == [
+        [0, 1, 2, 3],
+        [0, 0, 0, 4],
+        [5, 6, 7, 8],
+    ]
+    assert pad_histories(seqs, np.array([0, 2]), max_len=2).tolist() == [[2, 3], [7, 8]]
+
+
+def test_full_ranking_excludes_history_and_counts_ties_against_target() -> None:
+    # 1 user, items 1..6, history [1, 2, 3, 4] then the test target 5.
+    seqs = Sequences.from_lists([[1, 2, 3, 4, 5]], n_items=6)
+    split = leave_one_out(seqs)
+    #           pad   1    2    3    4    5(target) 6
+    table = np.array([[9.0, 9.0, 9.0, 9.0, 9.0, 1.0, 1.0]])
+    report = evaluate(TableScorer(table, split.test.histories), split.test, protocols=["full"])
+    # history items 1-4 are excluded; item 6 ties with the target and counts against it
+    assert report.ranks["full"].tolist() == [1]
+    table[0, 6] = 0.5
+    report = evaluate(TableScorer(table, split.test.histories), split.test, protocols=["full"])
+    assert report.ranks["full"].tolist() == [0]
+    assert report.metrics["full"]["hr@1"] == 1.0
+
+
+def test_nan_target_ranks_last() -> None:
+    seqs = Sequences.from_lists([[1, 2, 3, 4]], n_items=6)
+    split = leave_one_out(seqs)
+    table = np.array([[0, 0, 0, 0, np.nan, 0, 0]], dtype=np.float64)
+    report = evaluate(TableScorer(table, split.test.histories), split.test, protocols=["full"])
+    assert report.ranks["full"].tolist() == [2]  # history 1-3 excluded; both rivals (5, 6) above
+
+
+def test_sampled_ranking_uses_given_negatives() -> None:
+    seqs = Sequences.from_lists([[1, 2, 3, 4]], n_items=8)
+    split = leave_one_out(seqs)
+    table = np.array([[0, 0, 0, 0, 5.0, 6.0, 5.0, 1.0, 9.0]])
+    negs = np.array([[5, 6, 7, 0]])  # 0 = padding, ignored
+    report = evaluate(
+        TableScorer(table, split.test.histories),
+        split.test,
+        protocols=["uni100"],
+        negatives={"uni100": negs},
+    )
+    assert report.ranks["uni100"].tolist() == [2]  # 5 beats it, 6 ties it, 7 is below
+
+
+def test_sampled_protocol_needs_negatives() -> None:
+    seqs = Sequences.from_lists([[1, 2, 3]], n_items=3)
+    with pytest.raises(ValueError, match="needs the stored negatives"):
+        evaluate(Popularity.fit(seqs), leave_one_out(seqs).test, protocols=["pop100"])
+
+
+def test_negatives_never_touch_history_and_are_distinct() -> None:
+    pre = preprocess(synthetic_interactions(n_users=200, n_items=150, seed=3))
+    seqs = pre.sequences
+    users = leave_one_out(seqs).test.users
+    for weights in (None, item_popularity(seqs)):
+        negs = sample_negatives(seqs, users, n=100, weights=weights, seed=7, max_cells=3000)
+        for e, u in enumerate(users):
+            row = negs[e][negs[e] != 0]
+            assert len(set(row.tolist())) == len(row)
+            # never the validation item, the test item or any other history item
+            assert not set(row.tolist()) & set(seqs[u].tolist())
+            eligible = seqs.n_items - len(set(seqs[u].tolist()))
+            assert len(row) == min(100, eligible)
+        again = sample_negatives(seqs, users, n=100, weights=weights, seed=7, max_cells=3000)
+        assert np.array_equal(negs, again)  # same seed -> same candidates
+
+
+def test_popularity_sampling_follows_weights() -> None:
+    seqs = Sequences.from_lists([[1]] * 4000, n_items=11)
+    w = np.array([0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 10], dtype=np.float64)  # item 11 is 10x
+    negs = sample_negatives(seqs, np.arange(4000), n=1, weights=w, seed=0)
+    share = (negs[:, 0] == 11).mean()
+    assert share == pytest.approx(10 / 19, abs=0.03)
+    uni = sample_negatives(seqs, np.arange(4000), n=1, weights=None, seed=0)
+    assert (uni[:, 0] == 11).mean() == pytest.approx(1 / 10, abs=0.02)
+
+
+def _naive_ranks(
+    scores: np.ndarray,
+    seqs: Sequences,
+    split_users: np.ndarray,
+    hist: Sequences,
+    targets: np.ndarray,
+    negs: np.ndarray | None,
+) -> list[int]:
+    out = []
+    for e, _u in enumerate(split_users):
+        s, t = scores, int(targets[e])
+        if negs is None:
+            seen = set(hist[e].tolist())
+            rivals = [i for i in range(1, seqs.n_items + 1) if i != t and i not in seen]
+        else:
+            rivals = [int(i) for i in negs[e] if i != 0]
+        out.append(sum(1 for i in rivals if s[i] >= s[t]))
+    return out
+
+
+def test_vectorised_evaluation_matches_naive_loop() -> None:
+    pre = preprocess(synthetic_interactions(n_users=120, n_items=80, seed=5))
+    seqs = pre.sequences
+    split = leave_one_out(seqs)
+    pop = Popularity.fit(split.train)
+    scores = pop.counts.numpy()
+    for eval_set in (split.valid, split.test):
+        negs = {
+            "uni100": sample_negatives(seqs, eval_set.users, n=30, seed=1),
+            "pop100": sample_negatives(
+                seqs, eval_set.users, n=30, weights=item_popularity(seqs), seed=2
+            ),
+        }
+        report = evaluate(pop, eval_set, negatives=negs, batch_size=17)
+        h, t = eval_set.histories, eval_set.targets
+        assert report.ranks["full"].tolist() == _naive_ranks(
+            scores, seqs, eval_set.users, h, t, None
+        )
+        for p in ("uni100", "pop100"):
+            assert report.ranks[p].tolist() == _naive_ranks(
+                scores, seqs, eval_set.users, h, t, negs[p]
+            )

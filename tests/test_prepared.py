@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from seqrec.config import DataConfig, EvalConfig
+from seqrec.data.prepared import load_prepared, prepare
+from seqrec.data.synthetic import synthetic_interactions
+from seqrec.errors import DataError
+
+
+def _write_log(path: Path, seed: int = 0) -> Path:
+    df = synthetic_interactions(n_users=60, n_items=40, seed=seed)
+    lines = [f"{u}::{i}::5::{t}" for u, i, t in df.select("user", "item", "timestamp").iter_rows()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_prepare_writes_and_reloads(tmp_path: Path) -> None:
+    src = _write_log(tmp_path / "ratings.dat")
+    out = tmp_path / "prep"
+    ds = prepare(src, out=out, progress=False)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "manifest.json",
+        "negatives.npz",
+        "sequences.parquet",
+        "stats.json",
+        "vocab.json",
+    ]
+    again = load_prepared(out)
+    assert np.array_equal(again.sequences.items, ds.sequences.items)
+    assert np.array_equal(again.sequences.offsets, ds.sequences.offsets)
+    assert again.item_ids == ds.item_ids and again.user_ids == ds.user_ids
+    for split in ("valid", "test"):
+        negs = again.negatives(split)
+        assert set(negs) == {"uni100", "pop100"}
+        assert negs["uni100"].shape == (len(again.split.test.users), 100)
+
+
+def test_prepare_reuses_unchanged_and_rebuilds_changed(tmp_path: Path) -> None:
+    src = _write_log(tmp_path / "ratings.dat")
+    out = tmp_path / "prep"
+    prepare(src, out=out, progress=False)
+    stamp = (out / "manifest.json").stat().st_mtime_ns
+    prepare(src, out=out, progress=False)
+    assert (out / "manifest.json").stat().st_mtime_ns == stamp  # reused, not rewritten
+    ds = prepare(src, out=out, data_cfg=DataConfig(min_item_interactions=1), progress=False)
+    assert (out / "manifest.json").stat().st_mtime_ns != stamp  # a setting changed
+    assert ds.manifest["key"]["data"]["min_item_interactions"] == 1
+    ds2 = prepare(
+        src,
+        out=out,
+        data_cfg=DataConfig(min_item_interactions=1),
+        eval_cfg=EvalConfig(negative_seed=1),
+        progress=False,
+    )
+    assert not np.array_equal(ds2.negatives("test")["uni100"], ds.negatives("test")["uni100"])
+
+
+def test_negatives_are_reproducible_from_seed(tmp_path: Path) -> None:
+    src = _write_log(tmp_path / "ratings.dat")
+    a = prepare(src, out=tmp_path / "a", progress=False)
+    b = prepare(src, out=tmp_path / "b", progress=False)
+    for split in ("valid", "test"):
+        for p in ("uni100", "pop100"):
+            assert np.array_equal(a.negatives(split)[p], b.negatives(split)[p])
+
+
+def test_bad_input_leaves_no_partial_directory(tmp_path: Path) -> None:
+    src = tmp_path / "ratings.dat"
+    src.write_text("1::2::5::3\n1::x::5::4\n")
+    with pytest.raises(DataError, match=r"ratings\.dat:2: MovieID 'x'"):
+        prepare(src, out=tmp_path / "prep" / "ds", progress=False)
+    assert not (tmp_path / "prep" / "ds").exists()
+    leftovers = list((tmp_path / "prep").iterdir()) if (tmp_path / "prep").exists() else []
+    assert leftovers == []
+
+
+def test_failure_while_writing_keeps_previous_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = _write_log(tmp_path / "ratings.dat")
+    out = tmp_path / "prep"
+    prepare(src, out=out, progress=False)
+    before = sorted(os.listdir(out))
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(np, "savez_compressed", boom)
+    with pytest.raises(OSError, match="disk full"):
+        prepare(src, out=out, force=True, progress=False)
+    assert sorted(os.listdir(out)) == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    load_prepared(out)  # still whole
+
+
+def test_unknown_name_or_path(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="no such file, and not a dataset name"):
+        prepare(str(tmp_path / "missing.csv"), progress=False)
