@@ -33,3 +33,11 @@ def test_configs_are_frozen() -> None:
     cfg = RunConfig()
     with pytest.raises(AttributeError):
         cfg.data.min_user_interactions = 3  # type: ignore[misc]
+
+
+def test_shipped_configs_parse() -> None:
+    root = Path(__file__).parent.parent / "configs"
+    files = sorted(root.glob("*.toml"))
+    assert files
+    for f in files:
+        assert load_config(RunConfig, f) == RunConfig()  # they document the defaults

@@ -7,7 +7,13 @@ import torch
 from seqrec.data.preprocess import Sequences, preprocess
 from seqrec.data.split import leave_one_out
 from seqrec.data.synthetic import synthetic_interactions
-from seqrec.evaluate import evaluate, item_popularity, pad_histories, sample_negatives
+from seqrec.evaluate import (
+    _gumbel_top_n,
+    evaluate,
+    item_popularity,
+    pad_histories,
+    sample_negatives,
+)
 from seqrec.models.baselines import Popularity
 
 
@@ -78,20 +84,21 @@ def test_sampled_protocol_needs_negatives() -> None:
         evaluate(Popularity.fit(seqs), leave_one_out(seqs).test, protocols=["pop100"])
 
 
-def test_negatives_never_touch_history_and_are_distinct() -> None:
+@pytest.mark.parametrize("n", [10, 100])  # 10: the i.i.d.-stream path; 100: the Gumbel fallback
+def test_negatives_never_touch_history_and_are_distinct(n: int) -> None:
     pre = preprocess(synthetic_interactions(n_users=200, n_items=150, seed=3))
     seqs = pre.sequences
     users = leave_one_out(seqs).test.users
     for weights in (None, item_popularity(seqs)):
-        negs = sample_negatives(seqs, users, n=100, weights=weights, seed=7, max_cells=3000)
+        negs = sample_negatives(seqs, users, n=n, weights=weights, seed=7, max_cells=3000)
         for e, u in enumerate(users):
             row = negs[e][negs[e] != 0]
             assert len(set(row.tolist())) == len(row)
             # never the validation item, the test item or any other history item
             assert not set(row.tolist()) & set(seqs[u].tolist())
             eligible = seqs.n_items - len(set(seqs[u].tolist()))
-            assert len(row) == min(100, eligible)
-        again = sample_negatives(seqs, users, n=100, weights=weights, seed=7, max_cells=3000)
+            assert len(row) == min(n, eligible)
+        again = sample_negatives(seqs, users, n=n, weights=weights, seed=7, max_cells=3000)
         assert np.array_equal(negs, again)  # same seed -> same candidates
 
 
@@ -103,6 +110,20 @@ def test_popularity_sampling_follows_weights() -> None:
     assert share == pytest.approx(10 / 19, abs=0.03)
     uni = sample_negatives(seqs, np.arange(4000), n=1, weights=None, seed=0)
     assert (uni[:, 0] == 11).mean() == pytest.approx(1 / 10, abs=0.02)
+
+
+def test_without_replacement_inclusion_probability_both_paths() -> None:
+    """Two draws without replacement: P(heavy item 11 included) = p + sum_j p_j * p / (1 - p_j)
+    with p = 10/19 and nine light items of 1/19 each: 10/19 + 9 * (1/19) * (10/19) / (18/19)."""
+    expected = 10 / 19 + 9 * (1 / 19) * (10 / 19) / (18 / 19)
+    seqs = Sequences.from_lists([[1]] * 6000, n_items=11)
+    w = np.array([0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 10], dtype=np.float64)
+    stream = sample_negatives(seqs, np.arange(6000), n=2, weights=w, seed=1)
+    assert (stream == 11).any(1).mean() == pytest.approx(expected, abs=0.02)
+    seen = np.zeros((6000, 12), dtype=bool)
+    seen[:, :2] = True
+    gumbel = _gumbel_top_n(w, seen, 2, np.random.default_rng(1))
+    assert (gumbel == 11).any(1).mean() == pytest.approx(expected, abs=0.02)
 
 
 def _naive_ranks(

@@ -90,7 +90,7 @@ def test_failure_while_writing_keeps_previous_version(
     def boom(*args: object, **kwargs: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(np, "savez_compressed", boom)
+    monkeypatch.setattr(np, "savez", boom)
     with pytest.raises(OSError, match="disk full"):
         prepare(src, out=out, force=True, progress=False)
     assert sorted(os.listdir(out)) == before
@@ -101,3 +101,14 @@ def test_failure_while_writing_keeps_previous_version(
 def test_unknown_name_or_path(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="no such file, and not a dataset name"):
         prepare(str(tmp_path / "missing.csv"), progress=False)
+
+
+def test_stored_negatives_never_hold_the_users_items(tmp_path: Path) -> None:
+    """Leakage guard on what is stored: no validation item, test item or history item among a
+    user's sampled negatives, in either split."""
+    ds = prepare(_write_log(tmp_path / "ratings.dat"), out=tmp_path / "prep", progress=False)
+    for split in ("valid", "test"):
+        users = ds.split.eval_set(split).users
+        for negs in ds.negatives(split).values():
+            for e, u in enumerate(users):
+                assert not set(negs[e].tolist()) & set(ds.sequences[u].tolist())

@@ -101,30 +101,72 @@ def sample_negatives(
 ) -> np.ndarray:
     """(E, n) negatives for each user in `users`, without replacement, never an item of the user's
     full sequence. `weights` (n_items + 1,): sampling weights (None = uniform). A user with fewer
-    than n eligible items gets all of them, the rest of the row padded with 0."""
+    than n eligible items gets all of them, the rest of the row padded with 0.
+
+    Sampling without replacement in proportion to the weights, restricted to the eligible items,
+    is the same as reading an i.i.d. stream of draws from the full weights and keeping the first
+    n distinct eligible ones; that stream is what we generate, vectorised over users, extending
+    it for the users that need more draws. Users whose eligible items are too few or too light
+    for the stream to finish quickly fall back to the Gumbel top-k trick over the whole catalogue.
+    """
     rng = np.random.default_rng(seed)
     n_cols = seqs.n_items + 1
-    if weights is None:
-        logw = np.zeros(n_cols)
-    else:
-        with np.errstate(divide="ignore"):  # weight 0 -> log 0 = -inf: never drawn
-            logw = np.log(np.asarray(weights, dtype=np.float64))
-    logw[0] = -np.inf  # padding is never a candidate
+    w = np.ones(n_cols) if weights is None else np.asarray(weights, dtype=np.float64).copy()
+    w[0] = 0.0  # padding is never a candidate
+    cdf = np.cumsum(w) / w.sum()
     out = np.zeros((len(users), n), dtype=np.int64)
     chunk = max(1, max_cells // n_cols)
     for lo in range(0, len(users), chunk):
-        rows = users[lo : lo + chunk]
-        # Gumbel top-k == successive sampling without replacement in proportion to the weights.
-        keys = logw[None, :] + rng.gumbel(size=(len(rows), n_cols))
-        seen = seqs.take(rows)
-        keys[seen.user_index(), seen.items] = -np.inf
-        k = min(n, n_cols)
-        top = np.argpartition(-keys, k - 1, axis=1)[:, :k]
-        top_keys = np.take_along_axis(keys, top, axis=1)
-        order = np.argsort(-top_keys, axis=1, kind="stable")
-        top = np.take_along_axis(top, order, axis=1)
-        top_keys = np.take_along_axis(top_keys, order, axis=1)
-        out[lo : lo + len(rows), :k] = np.where(np.isfinite(top_keys), top, 0)
+        rows = np.asarray(users[lo : lo + chunk])
+        seen_seqs = seqs.take(rows)
+        seen = np.zeros((len(rows), n_cols), dtype=bool)  # (C, V) the user's own items
+        seen[seen_seqs.user_index(), seen_seqs.items] = True
+        seen[:, 0] = True
+        block = out[lo : lo + len(rows)]
+        eligible = (~seen & (w > 0)[None, :]).sum(1)
+        todo = np.flatnonzero(eligible >= 2 * n)  # the stream finishes fast for these
+        draws = np.zeros((len(todo), 0), dtype=np.int64)
+        m = n + n // 2 + 16
+        for _ in range(6):
+            if len(todo) == 0:
+                break
+            new = np.searchsorted(cdf, rng.random((len(todo), m)), side="right")
+            draws = np.concatenate([draws, np.minimum(new, n_cols - 1)], axis=1)
+            keep = _first_distinct(draws, n_cols) & ~seen[todo[:, None], draws]
+            done = keep.sum(1) >= n
+            picked = np.cumsum(keep, axis=1) <= n
+            sel = keep & picked & done[:, None]
+            block[todo[done]] = draws[done][sel[done]].reshape(-1, n)
+            todo, draws = todo[~done], draws[~done]
+            m *= 2
+        rest = np.setdiff1d(np.arange(len(rows)), np.flatnonzero(block[:, 0] != 0))
+        if len(rest):
+            block[rest] = _gumbel_top_n(w, seen[rest], n, rng)
+    return out
+
+
+def _first_distinct(draws: np.ndarray, n_cols: int) -> np.ndarray:
+    """(R, M) bool: True where draws[r, j] is the first occurrence of its value in row r."""
+    keys = (np.arange(draws.shape[0])[:, None] * n_cols + draws).ravel()
+    _, first = np.unique(keys, return_index=True)
+    mask = np.zeros(keys.shape, dtype=bool)
+    mask[first] = True
+    return mask.reshape(draws.shape)
+
+
+def _gumbel_top_n(w: np.ndarray, seen: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Exact weighted sampling without replacement (Gumbel top-k); 0-padded when too few."""
+    with np.errstate(divide="ignore"):  # weight 0 -> log 0 = -inf: never drawn
+        keys = np.log(w)[None, :] + rng.gumbel(size=seen.shape)
+    keys[seen] = -np.inf
+    k = min(n, seen.shape[1])
+    top = np.argpartition(-keys, k - 1, axis=1)[:, :k]
+    top_keys = np.take_along_axis(keys, top, axis=1)
+    order = np.argsort(-top_keys, axis=1, kind="stable")
+    top = np.take_along_axis(top, order, axis=1)
+    top_keys = np.take_along_axis(top_keys, order, axis=1)
+    out = np.zeros((seen.shape[0], n), dtype=np.int64)
+    out[:, :k] = np.where(np.isfinite(top_keys), top, 0)
     return out
 
 

@@ -241,7 +241,7 @@ def _write_atomically(
         (tmp / "stats.json").write_text(json.dumps(manifest["stats"], indent=2) + "\n")
         with (tmp / "negatives.npz").open("wb") as f:
             arrays: dict[str, Any] = {k: v.astype(np.int32) for k, v in negatives.items()}
-            np.savez_compressed(f, **arrays)
+            np.savez(f, **arrays)
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         if out.exists():
             old = out.with_name(f".{out.name}.old-{os.getpid()}")
