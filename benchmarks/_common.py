@@ -47,10 +47,28 @@ def machine() -> dict[str, Any]:
 
 def git_commit() -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                             cwd=Path(__file__).parent, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, cwd=Path(__file__).parent).stdout
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).parent,
+            check=True,
+        ).stdout.strip()
+        # results files themselves do not make the code dirty
+        dirty = subprocess.run(
+            [
+                "git",
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                ".",
+                ":(exclude)benchmarks/results",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).parent.parent,
+        ).stdout
         return out + ("-dirty" if dirty.strip() else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -84,5 +102,8 @@ def data_dir(arg: str | None) -> Path:
     """The real-data folder: --data-dir, else $SEQREC_DATA_DIR; never a hard-coded path."""
     root = arg or os.environ.get("SEQREC_DATA_DIR")
     if not root or not Path(root).is_dir():
-        sys.exit("benchmark: pass --data-dir or set SEQREC_DATA_DIR to a folder laid out like shared/data")
+        sys.exit(
+            "benchmark: pass --data-dir or set SEQREC_DATA_DIR "
+            "to a folder laid out like shared/data"
+        )
     return Path(root)

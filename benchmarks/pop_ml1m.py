@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 from _common import data_dir, write_results
-
 from seqrec.config import EvalConfig
 from seqrec.data.prepared import prepare
 from seqrec.models.baselines import Popularity

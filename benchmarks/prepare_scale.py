@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+
 from _common import write_results
 
 
@@ -53,8 +54,17 @@ def main() -> None:
         make_file(src, args.rows, args.users, args.items, args.seed)
         gen_s = time.perf_counter() - t0
         size_mb = src.stat().st_size / 1e6
-        cmd = [sys.executable, "-m", "seqrec", "prepare", "--data", str(src), "--out",
-               str(Path(tmp) / "prepared"), "--quiet"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "seqrec",
+            "prepare",
+            "--data",
+            str(src),
+            "--out",
+            str(Path(tmp) / "prepared"),
+            "--quiet",
+        ]
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.perf_counter() - t0
@@ -64,7 +74,8 @@ def main() -> None:
     md = (
         "# Preparing an ML-20M-sized file\n\n"
         f"Synthetic `ratings.csv` (ML-20M format): {args.rows:,} rows, {args.users:,} users, "
-        f"{args.items:,} items, {size_mb:.0f} MB, seed {args.seed} (generated in {gen_s:.1f} s).\n\n"
+        f"{args.items:,} items, {size_mb:.0f} MB, seed {args.seed} "
+        f"(generated in {gen_s:.1f} s).\n\n"
         "| step | wall time | peak RSS |\n|---|---|---|\n"
         f"| `seqrec prepare` (read, sort, 5-core, ids, split, 4x100 negatives, write) | "
         f"{wall:.1f} s | {peak_gib:.2f} GiB |\n\n"
