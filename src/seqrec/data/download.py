@@ -12,6 +12,7 @@ checksum; their size and sha256 are printed after download and recorded in `<fil
 from __future__ import annotations
 
 import hashlib
+import http.client
 import os
 import shutil
 import tempfile
@@ -86,6 +87,10 @@ DATASETS: dict[str, DatasetSource] = {
 }
 
 
+class _VerificationError(DownloadError):
+    """The whole file arrived but is not the expected one."""
+
+
 def cache_dir() -> Path:
     return Path(os.environ.get("SEQREC_HOME") or Path.home() / ".cache" / "seqrec")
 
@@ -124,10 +129,10 @@ def download_file(
                 url, dest, md5=md5, sha256=sha256, size=size, timeout=timeout, progress=progress
             )
             return dest
+        except _VerificationError as e:
+            raise DownloadError(str(e)) from None  # complete but wrong: retrying will not help
         except DownloadError as e:
             last = e
-            if "checksum" in str(e) or "size" in str(e):
-                break  # the server sent a complete but wrong file: retrying will not help
     assert last is not None
     raise last
 
@@ -163,11 +168,13 @@ def _download_once(
         if total is not None and received != total:
             raise DownloadError(f"{url}: connection dropped after {received} of {total} bytes")
         if size is not None and received != size:
-            raise DownloadError(f"{url}: size {received} bytes, expected {size}")
+            raise _VerificationError(f"{url}: size {received} bytes, expected {size}")
         if md5 is not None and h_md5.hexdigest() != md5:
-            raise DownloadError(f"{url}: md5 checksum {h_md5.hexdigest()}, expected {md5}")
+            raise _VerificationError(f"{url}: md5 checksum {h_md5.hexdigest()}, expected {md5}")
         if sha256 is not None and h_sha.hexdigest() != sha256:
-            raise DownloadError(f"{url}: sha256 checksum {h_sha.hexdigest()}, expected {sha256}")
+            raise _VerificationError(
+                f"{url}: sha256 checksum {h_sha.hexdigest()}, expected {sha256}"
+            )
         os.replace(tmp, dest)
         dest.with_name(dest.name + ".sha256").write_text(f"{h_sha.hexdigest()}  {dest.name}\n")
     except urllib.error.HTTPError as e:
@@ -176,13 +183,7 @@ def _download_once(
         raise DownloadError(f"{url}: cannot connect ({e.reason})") from None
     except TimeoutError:
         raise DownloadError(f"{url}: timed out after {received} bytes") from None
-    except (ConnectionError, OSError) as e:
-        if isinstance(e, DownloadError):
-            raise
-        raise DownloadError(f"{url}: connection dropped after {received} bytes ({e})") from None
-    except Exception as e:  # http.client.IncompleteRead and friends
-        if isinstance(e, DownloadError):
-            raise
+    except (OSError, http.client.HTTPException) as e:  # reset, IncompleteRead, ...
         raise DownloadError(f"{url}: connection dropped after {received} bytes ({e!r})") from None
     finally:
         tmp.unlink(missing_ok=True)
