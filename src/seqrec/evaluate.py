@@ -176,7 +176,6 @@ class EvalReport:
     users: np.ndarray  # (E,) internal user index
     ranks: dict[str, np.ndarray]  # protocol -> (E,) 0-based rank of the target
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)  # protocol -> name -> value
-    n_candidates: dict[str, int] = field(default_factory=dict)
 
 
 @torch.no_grad()
@@ -232,9 +231,6 @@ def evaluate(
     report = EvalReport(split=eval_set.split, users=eval_set.users, ranks=ranks)
     for p in protocols:
         report.metrics[p] = summarize(ranks[p], ks)
-        report.n_candidates[p] = (
-            hist.n_items if p == "full" else int(negatives[p].shape[1]) + 1 if negatives else 0
-        )
     return report
 
 
