@@ -119,11 +119,11 @@ def sample_negatives(
     for lo in range(0, len(users), chunk):
         rows = np.asarray(users[lo : lo + chunk])
         seen_seqs = seqs.take(rows)
-        seen = np.zeros((len(rows), n_cols), dtype=bool)  # (C, V) the user's own items
-        seen[seen_seqs.user_index(), seen_seqs.items] = True
-        seen[:, 0] = True
+        # (C, V) never a candidate: the user's own items, padding and zero-weight items
+        blocked = np.repeat((w == 0)[None, :], len(rows), axis=0)
+        blocked[seen_seqs.user_index(), seen_seqs.items] = True
         block = out[lo : lo + len(rows)]
-        eligible = (~seen & (w > 0)[None, :]).sum(1)
+        eligible = n_cols - blocked.sum(1)
         todo = np.flatnonzero(eligible >= 2 * n)  # the stream finishes fast for these
         draws = np.zeros((len(todo), 0), dtype=np.int64)
         m = n + n // 2 + 16
@@ -132,16 +132,16 @@ def sample_negatives(
                 break
             new = np.searchsorted(cdf, rng.random((len(todo), m)), side="right")
             draws = np.concatenate([draws, np.minimum(new, n_cols - 1)], axis=1)
-            keep = _first_distinct(draws, n_cols) & ~seen[todo[:, None], draws]
+            keep = _first_distinct(draws, n_cols) & ~blocked[todo[:, None], draws]
             done = keep.sum(1) >= n
             picked = np.cumsum(keep, axis=1) <= n
             sel = keep & picked & done[:, None]
             block[todo[done]] = draws[done][sel[done]].reshape(-1, n)
             todo, draws = todo[~done], draws[~done]
             m *= 2
-        rest = np.setdiff1d(np.arange(len(rows)), np.flatnonzero(block[:, 0] != 0))
+        rest = np.flatnonzero(block[:, 0] == 0)  # rows the stream did not finish
         if len(rest):
-            block[rest] = _gumbel_top_n(w, seen[rest], n, rng)
+            block[rest] = _gumbel_top_n(w, blocked[rest], n, rng)
     return out
 
 
@@ -237,7 +237,7 @@ def evaluate(
 def save_ranks(report: EvalReport, path: Path, user_ids: Sequence[Any] | None = None) -> None:
     """Every user's 0-based rank per protocol, as Parquet (columns: user, rank_<protocol>).
     `user` is the external id when `user_ids` is given, else the internal index."""
-    users = report.users if user_ids is None else [user_ids[u] for u in report.users.tolist()]
+    users = report.users if user_ids is None else pl.Series(user_ids)[report.users].to_list()
     table = pl.DataFrame({"user": users, **{f"rank_{p}": r for p, r in report.ranks.items()}})
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")

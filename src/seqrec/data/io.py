@@ -67,10 +67,17 @@ def _read_bytes(path: Path) -> bytes:
 
 
 def _csv_strings(
-    path: Path, *, separator: str, has_header: bool, n_fields: int | None, expected: str
+    path: Path,
+    *,
+    separator: str,
+    has_header: bool,
+    n_fields: int | None,
+    expected: str,
+    raw: bytes | None = None,
 ) -> pl.DataFrame:
-    """Read a delimited file with every column as a string (types are checked afterwards)."""
-    raw = _read_bytes(path)
+    """Read a delimited file (or its already-read `raw` bytes) with every column as a string;
+    types are checked afterwards."""
+    raw = _read_bytes(path) if raw is None else raw
     try:
         df = pl.read_csv(
             io.BytesIO(raw),
@@ -261,24 +268,18 @@ def read_user_item_txt(path: str | Path) -> pl.DataFrame:
     raw = _read_bytes(path)
     # Accept tabs or runs of spaces as well as the single spaces of the original file.
     raw = re.sub(rb"[ \t]+", b" ", raw).replace(b" \n", b"\n").replace(b"\n ", b"\n")
-    df = _csv_strings_from(path, raw, expected)
+    df = _csv_strings(
+        path,
+        separator=" ",
+        has_header=False,
+        n_fields=2,
+        expected=expected,
+        raw=raw.strip() + b"\n",
+    )
     c = df.columns
     user = _to_int(df, c[0], path, "user", 1)
     item = _to_int(df, c[1], path, "item", 1)
     return _frame(user, item, pl.int_range(0, len(user), dtype=pl.Int64, eager=True))
-
-
-def _csv_strings_from(path: Path, raw: bytes, expected: str) -> pl.DataFrame:
-    try:
-        df = pl.read_csv(
-            io.BytesIO(raw.strip() + b"\n"), separator=" ", has_header=False, infer_schema=False
-        )
-    except pl.exceptions.PolarsError as e:
-        first = str(e).strip().splitlines()[0]
-        raise DataError(f"{path}: could not parse as {expected} ({first})") from None
-    if df.width != 2:
-        raise DataError(f"{path}: found {df.width} field(s) per line, expected {expected}")
-    return df
 
 
 def read_table(
