@@ -14,9 +14,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from seqrec.data.batches import ClozeConfig
 from seqrec.errors import ConfigError
+from seqrec.models.bert4rec import BERT4RecConfig
 
-__all__ = ["DataConfig", "EvalConfig", "RunConfig", "from_dict", "load_config", "parse_override"]
+__all__ = [
+    "DataConfig",
+    "EvalConfig",
+    "RunConfig",
+    "TrainConfig",
+    "from_dict",
+    "load_config",
+    "parse_duration",
+    "parse_override",
+]
 
 
 @dataclass(frozen=True)
@@ -44,9 +55,64 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
+class TrainConfig:
+    """The optimisation recipe (BERT4Rec §4.3 unless noted), shared by every neural model."""
+
+    lr: float = 1e-4  # peak learning rate
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-6  # BERT's AdamWeightDecayOptimizer
+    weight_decay: float = 0.01  # decoupled L2, not on LayerNorm weights and biases
+    warmup_steps: int = 100  # linear warm-up (original script: 100), then linear decay to 0
+    max_epochs: int = 200  # the decay reaches 0 at max_epochs
+    batch_size: int = 256
+    clip_norm: float = 5.0  # gradient clipping by global L2 norm
+    eval_every: int = 1  # validate every k epochs
+    patience: int = 10  # validations without improvement before stopping; 0 = never stop early
+    val_protocol: str = "full"  # early stopping / best state: this protocol on VALIDATION
+    val_metric: str = "ndcg@10"
+    time_budget: str | None = None  # wall clock for training, e.g. "20m", "1h30m", "90s"
+    seed: int = 0
+    device: str = "auto"  # "auto" = cuda when available, else cpu
+    bf16: bool = False  # autocast matmuls to bfloat16 (AMX on Sapphire Rapids, tensor cores)
+    threads: int = 0  # torch intra-op threads; 0 = PyTorch's default (one per core)
+
+
+@dataclass(frozen=True)
 class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    model: str = "bert4rec"
+    bert4rec: BERT4RecConfig = field(default_factory=BERT4RecConfig)
+    cloze: ClozeConfig = field(default_factory=ClozeConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0}
+
+
+def parse_duration(text: str | float | int) -> float:
+    """"20m", "1h30m", "90s", "45" (seconds) -> seconds."""
+    if isinstance(text, int | float):
+        return float(text)
+    s = text.strip().lower()
+    try:
+        return float(s)
+    except ValueError:
+        pass
+    total, num = 0.0, ""
+    for ch in s:
+        if ch.isdigit() or ch == ".":
+            num += ch
+        elif ch in _UNITS and num:
+            total += float(num) * _UNITS[ch]
+            num = ""
+        else:
+            num = "!"
+            break
+    if num or total <= 0:
+        raise ConfigError(f"time budget {text!r}: expected e.g. 20m, 1h30m, 90s or seconds")
+    return total
 
 
 T = TypeVar("T")
@@ -54,6 +120,11 @@ T = TypeVar("T")
 
 def _coerce(value: Any, tp: Any, where: str) -> Any:
     origin = typing.get_origin(tp)
+    if origin is typing.Literal:
+        choices = typing.get_args(tp)
+        if value not in choices:
+            raise ConfigError(f"{where}: {value!r} is not one of {', '.join(map(str, choices))}")
+        return value
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
         if value is None and type(None) in args:

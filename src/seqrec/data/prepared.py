@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+import torch
 
 from seqrec.config import DataConfig, EvalConfig
 from seqrec.data import download
@@ -90,6 +91,7 @@ class PreparedDataset:
         protocols: Sequence[str] = PROTOCOLS,
         ks: Sequence[int] = DEFAULT_KS,
         batch_size: int = 256,
+        device: str | torch.device = "cpu",
         progress: bool = False,
     ) -> EvalReport:
         """Evaluate a scorer on one split against this dataset's stored candidates."""
@@ -100,6 +102,7 @@ class PreparedDataset:
             negatives=self.negatives(split),
             ks=ks,
             batch_size=batch_size,
+            device=device,
             progress=progress,
         )
 

@@ -1,0 +1,184 @@
+"""Training batches. BERT4Rec's Cloze task (§3.6): which positions are masked, and what the
+model must predict there. All randomness comes from a generator seeded by (seed, epoch), so an
+epoch's batches are the same whether or not the run was interrupted before it.
+
+A training sample is a window of one user's training sequence (at most N items):
+
+- histories of at most N items give one window; longer ones give sliding windows that end at the
+  last item and step back by `sliding_step` * N, plus one that starts at the first item (the
+  original code's `prop_sliding_window`), or only the last N items when `sliding_step` is 0;
+- every epoch each window is used once as a Cloze sample: round(ρ * length) of its items (at least
+  1, at most `max_predictions`) chosen uniformly are replaced by [MASK] — fresh masks every epoch,
+  the equivalent of the original's `dupe_factor` copies;
+- plus `last_item_ratio` * (number of windows) samples that mask only the last item (§3.6 "Test":
+  training then matches the next-item task). The original code adds one such sample per window
+  for every `dupe_factor` = 10 Cloze copies, hence the default 0.1.
+
+Batches group windows of similar length (within a pool of `bucket_batches` batches) and are cut
+to their longest row, which removes most padding; batch order is shuffled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from seqrec.data.preprocess import Sequences
+
+__all__ = ["ClozeBatch", "ClozeConfig", "ClozeSampler", "sliding_windows"]
+
+
+@dataclass(frozen=True)
+class ClozeConfig:
+    """The Cloze task's settings (§3.6, §4.3; the original ML-1M script where the paper is
+    silent)."""
+
+    mask_prob: float = 0.2  # ρ (§4.3: 0.2 ML-1M/ML-20M, 0.4 Steam, 0.6 Beauty)
+    max_predictions: int = 40  # masked items per sample at most (original ML-1M script: 40)
+    last_item_ratio: float = 0.1  # mask-last samples per Cloze sample (original: 1 per 10 copies)
+    sliding_step: float = 0.5  # window step as a share of N; 0 = only the last N items
+    # BERT's 80/10/10 replacement (80 % [MASK], 10 % a random item, 10 % unchanged). The
+    # original ML-1M script always uses [MASK] (mask_prob=1.0), so this is off by default.
+    random_replace: bool = False
+    bucket_batches: int = 32  # length-grouping pool, in batches; 1 = no grouping
+
+
+@dataclass
+class ClozeBatch:
+    inputs: torch.Tensor  # (B, L) int64, left-padded, masked positions hold [MASK]
+    masked: torch.Tensor  # (B, L) bool: positions the loss is computed at
+    targets: torch.Tensor  # (M,) int64 item ids at the masked positions, row-major order
+
+    @property
+    def size(self) -> int:
+        return int(self.inputs.shape[0])
+
+    def to(self, device: torch.device | str) -> ClozeBatch:
+        return ClozeBatch(self.inputs.to(device), self.masked.to(device), self.targets.to(device))
+
+
+def sliding_windows(lengths: np.ndarray, max_len: int, step: float) -> tuple[np.ndarray, ...]:
+    """(row, start, end) of every training window; end is exclusive, offsets within the row.
+
+    A row of at most `max_len` items is one window. A longer row gives windows ending at its
+    last item and stepping back by int(step * max_len), plus one starting at 0; step 0 keeps only
+    the last window.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    stride = int(step * max_len)
+    rows, starts = [np.arange(len(lengths))], [np.maximum(lengths - max_len, 0)]
+    if stride > 0:
+        long = np.flatnonzero(lengths > max_len)
+        extra = (lengths[long] - max_len - 1) // stride  # further windows with start > 0
+        k = np.arange(int(extra.max()) if len(extra) else 0) + 1  # steps back from the last
+        if len(k):
+            grid = lengths[long, None] - max_len - k[None, :] * stride  # (U, K)
+            valid = k[None, :] <= extra[:, None]
+            rows.append(np.broadcast_to(long[:, None], grid.shape)[valid])
+            starts.append(grid[valid])
+        rows.append(long)  # the window that starts at the first item
+        starts.append(np.zeros(len(long), dtype=np.int64))
+    row, start = np.concatenate(rows), np.concatenate(starts)
+    order = np.lexsort((start, row))
+    row, start = row[order], start[order]
+    end = np.minimum(start + max_len, lengths[row])
+    return row, start, end
+
+
+class ClozeSampler:
+    """Cloze batches over a set of training sequences, one fresh masking per epoch."""
+
+    def __init__(
+        self,
+        train: Sequences,
+        *,
+        max_len: int,
+        cfg: ClozeConfig | None = None,
+        batch_size: int = 256,
+        seed: int = 0,
+    ) -> None:
+        self.cfg = cfg = cfg or ClozeConfig()
+        if not 0 < cfg.mask_prob <= 1:
+            raise ValueError(f"cloze.mask_prob must be in (0, 1], got {cfg.mask_prob}")
+        if cfg.max_predictions < 1:
+            raise ValueError(f"cloze.max_predictions must be >= 1, got {cfg.max_predictions}")
+        if cfg.last_item_ratio < 0:
+            raise ValueError(f"cloze.last_item_ratio must be >= 0, got {cfg.last_item_ratio}")
+        self.train = train
+        self.max_len = max_len
+        self.batch_size = batch_size
+        self.seed = seed
+        self.mask_id = train.n_items + 1
+        lengths = train.lengths
+        keep = np.flatnonzero(lengths > 0)
+        row, start, end = sliding_windows(lengths[keep], max_len, cfg.sliding_step)
+        base = train.offsets[keep[row]]
+        self.win_start, self.win_end = base + start, base + end  # into train.items
+        self.n_last = int(round(cfg.last_item_ratio * len(self.win_start)))
+
+    @property
+    def n_windows(self) -> int:
+        return len(self.win_start)
+
+    def __len__(self) -> int:
+        """Batches per epoch."""
+        return -(-(self.n_windows + self.n_last) // self.batch_size)
+
+    def epoch(self, epoch: int) -> Iterator[ClozeBatch]:
+        rng = np.random.default_rng([self.seed, epoch])
+        n_win = self.n_windows
+        # the samples of this epoch: every window as Cloze, n_last windows as mask-last
+        last_pick = rng.choice(n_win, size=self.n_last, replace=self.n_last > n_win)
+        window = np.concatenate([np.arange(n_win), last_pick])
+        mask_last = np.concatenate([np.zeros(n_win, bool), np.ones(self.n_last, bool)])
+        for rows in self._batch_order(window, rng):
+            yield self._make_batch(window[rows], mask_last[rows], rng)
+
+    def _batch_order(self, window: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
+        perm = rng.permutation(len(window))
+        pool = self.batch_size * max(1, self.cfg.bucket_batches)
+        lengths = (self.win_end - self.win_start)[window]
+        batches = []
+        for lo in range(0, len(perm), pool):
+            chunk = perm[lo : lo + pool]
+            if self.cfg.bucket_batches > 1:
+                chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
+            batches += [chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
+        return [batches[i] for i in rng.permutation(len(batches))]
+
+    def _make_batch(
+        self, window: np.ndarray, mask_last: np.ndarray, rng: np.random.Generator
+    ) -> ClozeBatch:
+        starts, ends = self.win_start[window], self.win_end[window]
+        lengths = ends - starts
+        width = int(lengths.max())
+        idx = ends[:, None] - width + np.arange(width)[None, :]  # (B, L) left-padded
+        real = idx >= starts[:, None]
+        items = np.where(real, self.train.items[np.where(real, idx, 0)], 0)
+        # Cloze: round(ρ * length) positions (>= 1, <= max_predictions) chosen uniformly among
+        # the real ones: the n smallest of i.i.d. uniform keys. Rounding half up, as Python 2's
+        # round() in the original code.
+        cfg = self.cfg
+        n_mask = np.clip(np.floor(lengths * cfg.mask_prob + 0.5), 1, cfg.max_predictions)
+        n_mask = np.minimum(n_mask, lengths).astype(np.int64)
+        keys = np.where(real, rng.random(items.shape), 2.0)
+        kth = np.take_along_axis(np.sort(keys, axis=1), n_mask[:, None] - 1, axis=1)
+        masked = real & (keys <= kth)
+        masked[mask_last] = False
+        masked[mask_last, -1] = True  # the last item (left-padded: always the last column)
+        inputs = np.where(masked, self.mask_id, items)
+        if cfg.random_replace:
+            # of the chosen positions: 10 % get a random item, 10 % keep theirs (BERT §3.1)
+            u = rng.random(items.shape)
+            cloze = masked & ~mask_last[:, None]
+            rand_items = rng.integers(1, self.train.n_items + 1, size=items.shape)
+            inputs = np.where(cloze & (u >= 0.8) & (u < 0.9), rand_items, inputs)
+            inputs = np.where(cloze & (u >= 0.9), items, inputs)
+        return ClozeBatch(
+            inputs=torch.from_numpy(inputs),
+            masked=torch.from_numpy(masked),
+            targets=torch.from_numpy(items[masked]),
+        )

@@ -1,0 +1,176 @@
+"""BERT4Rec (Sun et al., CIKM 2019), read top to bottom: config, blocks, model.
+
+Ids: 0 = padding, 1..n_items = items, n_items + 1 = [MASK]. Inputs are left-padded (most recent
+item last) and positions are counted from the end, so the appended [MASK] always sits in the
+last positional slot whatever the batch width; a batch cropped to its longest row computes
+exactly what the full N-wide batch would (padding is masked out of attention).
+
+The model is architecture only: no loss, no device logic. Which positions are masked is decided
+in `seqrec.data.batches`, the loss formula in `seqrec.losses`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["BERT4Rec", "BERT4RecConfig"]
+
+
+@dataclass(frozen=True)
+class BERT4RecConfig:
+    """Architecture (§3.2-3.5, §4.3). Defaults: the paper, else the original ML-1M script."""
+
+    max_len: int = 200  # N (§4.3: 200 for ML-1M/ML-20M, 50 for Beauty/Steam)
+    d_model: int = 64  # d
+    n_layers: int = 2  # L
+    n_heads: int = 2  # h (§4.3: head size 32)
+    dropout: float = 0.2  # hidden dropout; the paper tunes it, the original ML-1M script uses 0.2
+    # Dropout on the attention weights (original code: 0.2). Any value > 0 forces PyTorch's
+    # unfused attention path, ~5x slower on CPU; the ML-1M recipe sets 0 (docs/bert4rec.md).
+    attn_dropout: float = 0.2
+    # Initialisation. "trunc_normal": std 0.02 cut at ±2 std, as the original code's
+    # truncated_normal_initializer(0.02); "trunc_normal_range": cut at ±0.02, the paper's text
+    # ("truncated normal distribution in the range [-0.02, 0.02]"). The code produced the
+    # published numbers, so it is the default.
+    init: Literal["trunc_normal", "trunc_normal_range"] = "trunc_normal"
+    init_std: float = 0.02
+    # LayerNorm + dropout on the summed item + position embedding: the original code (BERT's
+    # embedding post-processor) does this; Eq. 4 writes only the sum.
+    embedding_norm: bool = True
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention (Eq. 1-2), fully bidirectional; padding keys are masked out."""
+
+    def __init__(self, cfg: BERT4RecConfig) -> None:
+        super().__init__()
+        if cfg.d_model % cfg.n_heads:
+            raise ValueError(f"d_model {cfg.d_model} is not divisible by n_heads {cfg.n_heads}")
+        self.n_heads = cfg.n_heads
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.out = nn.Linear(cfg.d_model, cfg.d_model)
+        self.attn_dropout = cfg.attn_dropout
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        B, L, D = x.shape
+        q, k, v = self.qkv(x).view(B, L, 3, self.n_heads, D // self.n_heads).unbind(2)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, h, L, D/h)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=keep, dropout_p=self.attn_dropout if self.training else 0.0
+        )  # (B, h, L, D/h)
+        return self.out(y.transpose(1, 2).reshape(B, L, D))
+
+
+class FeedForward(nn.Module):
+    """PFFN (Eq. 3): d -> 4d -> d with the exact (erf) GELU."""
+
+    def __init__(self, cfg: BERT4RecConfig) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(cfg.d_model, 4 * cfg.d_model)
+        self.fc2 = nn.Linear(4 * cfg.d_model, cfg.d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+class TransformerLayer(nn.Module):
+    """Post-LN block (Eq. 5-6): A = LN(H + Dropout(MH(H))), Trm = LN(A + Dropout(PFFN(A)))."""
+
+    def __init__(self, cfg: BERT4RecConfig) -> None:
+        super().__init__()
+        self.attn = SelfAttention(cfg)
+        self.ln1 = nn.LayerNorm(cfg.d_model, eps=1e-12)  # BERT's epsilon
+        self.ffn = FeedForward(cfg)
+        self.ln2 = nn.LayerNorm(cfg.d_model, eps=1e-12)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, h: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        a = self.ln1(h + self.dropout(self.attn(h, keep)))
+        return self.ln2(a + self.dropout(self.ffn(a)))
+
+
+class BERT4Rec(nn.Module):
+    def __init__(self, n_items: int, cfg: BERT4RecConfig | None = None) -> None:
+        super().__init__()
+        self.cfg = cfg = cfg or BERT4RecConfig()
+        self.n_items = n_items
+        self.mask_id = n_items + 1
+        # E: rows 0 (padding), 1..n (items), n+1 ([MASK]); shared with the output layer (Eq. 7)
+        self.item_emb = nn.Embedding(n_items + 2, cfg.d_model, padding_idx=0)
+        self.pos_emb = nn.Embedding(cfg.max_len, cfg.d_model)  # P (N x d), learnable (§3.4)
+        self.emb_norm = nn.LayerNorm(cfg.d_model, eps=1e-12) if cfg.embedding_norm else None
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.layers = nn.ModuleList(TransformerLayer(cfg) for _ in range(cfg.n_layers))
+        # Output (Eq. 7): GELU(h W^P + b^P) E^T + b^O
+        self.head = nn.Linear(cfg.d_model, cfg.d_model)  # W^P, b^P
+        self.out_bias = nn.Parameter(torch.zeros(n_items))  # b^O over items 1..n
+        self.apply(self._init)
+
+    def _init(self, module: nn.Module) -> None:
+        std = self.cfg.init_std
+        cut = 2 * std if self.cfg.init == "trunc_normal" else std
+        if isinstance(module, nn.Linear | nn.Embedding):
+            nn.init.trunc_normal_(module.weight, std=std, a=-cut, b=cut)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+        if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+            with torch.no_grad():
+                module.weight[module.padding_idx].zero_()
+
+    @property
+    def max_len(self) -> int:
+        """Histories the scorer reads: N - 1 items, the last slot is the appended [MASK]."""
+        return self.cfg.max_len - 1
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """input_ids (B, L) left-padded, L <= N -> hidden states (B, L, D)."""
+        B, L = input_ids.shape
+        if L > self.cfg.max_len:
+            raise ValueError(f"input length {L} exceeds max_len {self.cfg.max_len}")
+        positions = torch.arange(self.cfg.max_len - L, self.cfg.max_len, device=input_ids.device)
+        h = self.item_emb(input_ids) + self.pos_emb(positions)  # (B, L, D)
+        if self.emb_norm is not None:
+            h = self.emb_norm(h)
+        h = self.dropout(h)
+        keep = (input_ids != 0)[:, None, None, :]  # (B, 1, 1, L): attend to real tokens only
+        for layer in self.layers:
+            h = layer(h, keep)
+        return h
+
+    def item_embeddings(self) -> torch.Tensor:
+        """(n_items, D): the rows of E for items 1..n."""
+        return self.item_emb.weight[1 : self.n_items + 1]
+
+    def output_features(self, hidden: torch.Tensor) -> torch.Tensor:
+        """GELU(h W^P + b^P) of Eq. 7: (..., D) -> (..., D)."""
+        return F.gelu(self.head(hidden))
+
+    def output_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(E over items 1..n, b^O): the output layer's (n_items, D) weights and (n_items,) bias,
+        shared with the input embedding (Eq. 7)."""
+        return self.item_embeddings(), self.out_bias
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden (..., D) -> (..., n_items) scores of items 1..n (Eq. 7 before the softmax)."""
+        weight, bias = self.output_weights()
+        return self.output_features(hidden) @ weight.T + bias
+
+    def user_vector(self, histories: torch.Tensor) -> torch.Tensor:
+        """histories (B, L) left-padded -> (B, D): the hidden state of an appended [MASK] (§3.6)."""
+        B = histories.shape[0]
+        mask = torch.full((B, 1), self.mask_id, dtype=histories.dtype, device=histories.device)
+        inputs = torch.cat([histories[:, -self.max_len :], mask], dim=1)  # (B, L+1)
+        return self.forward(inputs)[:, -1]
+
+    @torch.no_grad()
+    def score(self, histories: torch.Tensor) -> torch.Tensor:
+        """The `Scorer` interface: (B, L) histories -> (B, n_items + 1); column 0 is -inf."""
+        scores = self.logits(self.user_vector(histories))  # (B, n_items)
+        pad = torch.full_like(scores[:, :1], -math.inf)
+        return torch.cat([pad, scores], dim=1)

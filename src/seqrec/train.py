@@ -1,0 +1,342 @@
+"""One training loop for every neural model: AdamW with linear warm-up and decay, gradient
+clipping, validation every k epochs, early stopping and the best state chosen on VALIDATION only,
+a wall-clock budget, a checkpoint per epoch (so `--resume` continues an interrupted run), and the
+test split evaluated once, at the end, with the best state.
+
+Randomness: epoch e's batches come from a generator seeded by (seed, e) and its dropout from
+torch's generator seeded by (seed, e); a resumed run therefore repeats exactly the epochs an
+uninterrupted one would have run.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from seqrec import checkpoint as ckpt
+from seqrec.config import RunConfig, parse_duration
+from seqrec.data.batches import ClozeBatch, ClozeSampler
+from seqrec.data.prepared import PreparedDataset
+from seqrec.errors import ConfigError
+from seqrec.evaluate import PROTOCOLS, Scorer, parse_protocols
+from seqrec.losses import cloze_loss
+from seqrec.metrics import metric_names
+from seqrec.provenance import atomic_write, git_commit, machine
+
+__all__ = ["FitResult", "fit", "resolve_device"]
+
+
+class Sampler(Protocol):
+    def __len__(self) -> int: ...  # batches per epoch
+
+    def epoch(self, epoch: int) -> Iterator[ClozeBatch]: ...
+
+
+LossFn = Callable[[nn.Module, ClozeBatch], torch.Tensor]
+
+
+def _cloze_task(cfg: RunConfig, ds: PreparedDataset) -> tuple[Sampler, LossFn]:
+    sampler = ClozeSampler(
+        ds.split.train,
+        max_len=cfg.bert4rec.max_len,
+        cfg=cfg.cloze,
+        batch_size=cfg.train.batch_size,
+        seed=cfg.train.seed,
+    )
+
+    def loss(model: nn.Module, b: ClozeBatch) -> torch.Tensor:
+        return cloze_loss(
+            model,  # type: ignore[arg-type]
+            b.inputs,
+            b.masked,
+            b.targets,
+            bf16=cfg.train.bf16,
+        )
+
+    return sampler, loss
+
+
+# model name -> (training batches, loss) for that model's objective
+TASKS: dict[str, Callable[[RunConfig, PreparedDataset], tuple[Sampler, LossFn]]] = {
+    "bert4rec": _cloze_task,
+}
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"train.device: {name!r} is not a device (auto, cpu, cuda, cuda:0)")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("train.device: cuda was asked for but no GPU is available")
+    return device
+
+
+def _optimizer(model: nn.Module, cfg: RunConfig) -> torch.optim.Optimizer:
+    t = cfg.train
+    # §4.3: L2 weight decay 0.01, as in BERT not on LayerNorm weights and biases (1-d tensors)
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    return torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": t.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=t.lr,
+        betas=(t.beta1, t.beta2),
+        eps=t.eps,
+    )
+
+
+def _schedule(warmup: int, total: int) -> Callable[[int], float]:
+    """Linear warm-up to the peak over `warmup` steps, then linear decay to 0 at `total`."""
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return factor
+
+
+class _Eval:
+    """Wraps a model as a `Scorer` in eval mode (dropout off), optionally under bf16."""
+
+    def __init__(self, model: nn.Module, bf16: bool, device: torch.device) -> None:
+        self.model, self.bf16, self.device = model, bf16, device
+        self.max_len: int | None = model.max_len  # type: ignore[assignment]
+
+    def score(self, histories: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            return self.model.score(histories).float()  # type: ignore[operator,no-any-return]
+
+
+@dataclass
+class FitResult:
+    run_dir: Path
+    model: nn.Module
+    metrics: dict[str, Any]
+
+
+def fit(
+    ds: PreparedDataset,
+    cfg: RunConfig,
+    out: str | Path,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    source: dict[str, Any] | None = None,
+) -> FitResult:
+    """Train `cfg.model` on `ds`; the run directory `out` receives everything (see checkpoint)."""
+    run_dir = Path(out)
+    state = ckpt.read_checkpoint(run_dir) if resume else None
+    if resume:
+        if not (run_dir / ckpt.CONFIG).exists():
+            raise ConfigError(f"{run_dir}: nothing to resume (no {ckpt.CONFIG})")
+        if (run_dir / ckpt.METRICS).exists():
+            raise ConfigError(f"{run_dir}: the run has already finished ({ckpt.METRICS})")
+        cfg = ckpt.read_config(run_dir)  # the run goes on with the settings it started with
+    elif run_dir.exists() and any(run_dir.iterdir()):
+        raise ConfigError(
+            f"{run_dir}: already holds files; choose a new --out, or --resume an unfinished run"
+        )
+    t = cfg.train
+    if cfg.model not in TASKS:
+        raise ConfigError(f"model {cfg.model!r} is unknown; expected one of {', '.join(TASKS)}")
+    val_protocol = parse_protocols(t.val_protocol)[0]
+    if t.val_metric not in metric_names(cfg.eval.ks):
+        raise ConfigError(
+            f"train.val_metric {t.val_metric!r} is not one of {', '.join(metric_names(cfg.eval.ks))}"
+        )
+    budget = parse_duration(t.time_budget) if t.time_budget else math.inf
+    device = resolve_device(t.device)
+    if t.threads > 0:
+        torch.set_num_threads(t.threads)
+
+    if state is None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        ckpt.write_json(
+            run_dir / ckpt.CONFIG,
+            {**dataclasses.asdict(cfg), "source": {**(source or {}), "prepared": str(ds.path)}},
+        )
+        ckpt.write_json(run_dir / ckpt.VOCAB, {"items": ds.item_ids})
+    elif json.loads((run_dir / ckpt.VOCAB).read_text())["items"] != ds.item_ids:
+        raise ConfigError(f"{run_dir}: the run was trained on another dataset's items")
+
+    torch.manual_seed(t.seed)  # initial weights
+    model = ckpt.build_model(cfg, ds.n_items).to(device)
+    sampler, loss_fn = TASKS[cfg.model](cfg, ds)
+    optimizer = _optimizer(model, cfg)
+    total_steps = t.max_epochs * len(sampler)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, _schedule(t.warmup_steps, total_steps)
+    )
+    history: list[dict[str, Any]] = []
+    best: dict[str, Any] = {"metric": -math.inf, "epoch": -1, "state": None, "valid": None}
+    start_epoch, step, elapsed, bad = 0, 0, 0.0, 0
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        start_epoch, step, elapsed = state["epoch"] + 1, state["step"], state["elapsed"]
+        bad, history = state["bad"], state["history"]
+        best = {**state["best"], "state": state["best_state"]}
+
+    evaluator = _Eval(model, t.bf16, device)
+
+    def validate() -> float:
+        model.eval()
+        report = ds.evaluate(
+            evaluator,  # type: ignore[arg-type]
+            "valid",
+            protocols=(val_protocol,),
+            ks=cfg.eval.ks,
+            batch_size=cfg.eval.batch_size,
+            device=device,
+        )
+        model.train()
+        return float(report.metrics[val_protocol][t.val_metric])
+
+    stopped = "max_epochs"
+    bar = tqdm(
+        total=total_steps,
+        initial=step,
+        desc=f"train {cfg.model}",
+        unit="batch",
+        disable=not progress,
+        dynamic_ncols=True,
+    )
+    started = time.perf_counter() - elapsed
+    model.train()
+    for epoch in range(start_epoch, t.max_epochs):
+        torch.manual_seed(int(np.random.SeedSequence([t.seed, epoch]).generate_state(1)[0]))
+        epoch_start, loss_sum, n_batches, n_seq = time.perf_counter(), 0.0, 0, 0
+        out_of_time = False
+        for batch in sampler.epoch(epoch):
+            batch = batch.to(device)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=t.bf16):
+                loss = loss_fn(model, batch)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()  # type: ignore[no-untyped-call]
+            nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            loss_sum += float(loss.detach())
+            n_batches += 1
+            n_seq += batch.size
+            bar.update(1)
+            if time.perf_counter() - started > budget:
+                out_of_time = True
+                break
+        seconds = time.perf_counter() - epoch_start
+        line: dict[str, Any] = {
+            "epoch": epoch,
+            "step": step,
+            "loss": loss_sum / max(1, n_batches),
+            "lr": scheduler.get_last_lr()[0],
+            "seq_per_s": n_seq / max(seconds, 1e-9),
+            "epoch_s": seconds,
+        }
+        last = epoch == t.max_epochs - 1
+        if (epoch + 1) % t.eval_every == 0 or last or out_of_time:
+            value = validate()
+            line[f"valid_{val_protocol}_{t.val_metric}"] = value
+            if value > best["metric"]:
+                best = {
+                    "metric": value,
+                    "epoch": epoch,
+                    "state": copy.deepcopy(model.state_dict()),
+                }
+                bad = 0
+            else:
+                bad += 1
+        elapsed = time.perf_counter() - started
+        line["elapsed_s"] = elapsed
+        history.append(line)
+        bar.set_postfix(
+            epoch=epoch,
+            loss=f"{line['loss']:.3f}",
+            val=f"{best['metric']:.4f}",
+            seq_s=f"{line['seq_per_s']:.0f}",
+        )
+        _write_log(run_dir, history)
+        ckpt.save_torch(
+            run_dir / ckpt.CHECKPOINT,
+            {
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "epoch": epoch,
+                "step": step,
+                "elapsed": elapsed,
+                "bad": bad,
+                "history": history,
+                "best": {k: v for k, v in best.items() if k != "state"},
+                "best_state": best["state"],
+            },
+        )
+        if out_of_time:
+            stopped = "time_budget"
+            break
+        if t.patience and bad >= t.patience:
+            stopped = "early_stopping"
+            break
+    bar.close()
+
+    # The test split, once, with the state chosen on validation.
+    if best["state"] is not None:
+        model.load_state_dict(best["state"])
+    model.eval()
+    metrics: dict[str, Any] = {"model": cfg.model, "dataset": ds.name}
+    for split in ("valid", "test"):
+        report = ds.evaluate(
+            evaluator,  # type: ignore[arg-type]
+            split,
+            protocols=cfg.eval.protocols or PROTOCOLS,
+            ks=cfg.eval.ks,
+            batch_size=cfg.eval.batch_size,
+            device=device,
+        )
+        metrics[split] = report.metrics
+    epochs_run = len(history)
+    train_seconds = sum(h["epoch_s"] for h in history)
+    n_samples = sum(h["seq_per_s"] * h["epoch_s"] for h in history)
+    metrics.update(
+        {
+            "best_epoch": best["epoch"],
+            "epochs": epochs_run,
+            "steps": step,
+            "stopped": stopped,
+            "selected_on": f"valid {val_protocol} {t.val_metric}",
+            "wall_time_s": time.perf_counter() - started,
+            "train_time_s": train_seconds,
+            "seq_per_s": n_samples / max(train_seconds, 1e-9),
+            "seed": t.seed,
+            "device": str(device),
+            "git_commit": git_commit(),
+            "machine": machine(),
+        }
+    )
+    ckpt.save_torch(run_dir / ckpt.WEIGHTS, model.state_dict())
+    ckpt.write_json(run_dir / ckpt.METRICS, metrics)
+    return FitResult(run_dir, model, metrics)
+
+
+def _write_log(run_dir: Path, history: list[dict[str, Any]]) -> None:
+    text = "".join(json.dumps(h) + "\n" for h in history).encode()
+    atomic_write(run_dir / ckpt.LOG, lambda f: f.write(text))
