@@ -40,15 +40,11 @@ def main() -> None:
     m = result.metrics
     pop = ds.evaluate(Popularity.fit(ds.split.train), "test", protocols=cfg.eval.protocols)
     log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
-    curve = [
-        (h["epoch"], h[k])
-        for h in log
-        for k in h
-        if k.startswith("valid_")
-    ]
+    curve = [(h["epoch"], h[k]) for h in log for k in h if k.startswith("valid_")]
     md = (
         "# BERT4Rec on ML-1M (papers' file), leave-one-out test split\n\n"
-        f"Config: `{Path(args.config).name}` + {args.set or 'no overrides'}; seed {cfg.train.seed}. "
+        f"Config: `{Path(args.config).name}` + {args.set or 'no overrides'}; "
+        f"seed {cfg.train.seed}. "
         f"Best state chosen on validation {m['selected_on']} (epoch {m['best_epoch']}); "
         "test evaluated once, with that state.\n\n"
         + metrics_table(m["test"], model="bert4rec", with_paper=True)
@@ -58,9 +54,7 @@ def main() -> None:
         f"Training: {m['epochs']} epochs, {m['steps']} steps, stopped by {m['stopped']}; "
         f"train time {m['train_time_s'] / 60:.1f} min, wall time {m['wall_time_s'] / 60:.1f} min, "
         f"{m['seq_per_s']:.0f} sequences/s on {m['device']}.\n\n"
-        "Validation curve (epoch, value): "
-        + ", ".join(f"({e}, {v:.4f})" for e, v in curve)
-        + "\n"
+        "Validation curve (epoch, value): " + ", ".join(f"({e}, {v:.4f})" for e, v in curve) + "\n"
     )
     payload = {
         "protocol": "leave-one-out test split; full / uni100 / pop100; 100 negatives, seed "

@@ -7,18 +7,21 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from seqrec.checkpoint import load_run, read_config
 from seqrec.config import RunConfig, load_config
 from seqrec.data import download
 from seqrec.data.prepared import PreparedDataset, prepare, prepare_frame
 from seqrec.data.synthetic import synthetic_interactions
-from seqrec.errors import DownloadError, SeqrecError
-from seqrec.evaluate import load_ranks, parse_protocols, save_ranks
+from seqrec.errors import ConfigError, DownloadError, SeqrecError
+from seqrec.evaluate import EvalReport, Scorer, load_ranks, parse_protocols, save_ranks
 from seqrec.metrics import paired_test
 from seqrec.models.baselines import Popularity
 from seqrec.report import metrics_table, stats_table
+from seqrec.train import fit, resolve_device
 
 __all__ = ["main"]
 
@@ -52,7 +55,7 @@ def _prepare(args: argparse.Namespace, cfg: RunConfig) -> PreparedDataset:
     )
 
 
-def _add_data_flags(p: argparse.ArgumentParser) -> None:
+def _add_data_flags(p: argparse.ArgumentParser, out_help: str | None = None) -> None:
     p.add_argument(
         "--data",
         required=True,
@@ -66,7 +69,10 @@ def _add_data_flags(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="override a config key, e.g. --set data.min_user_interactions=5",
     )
-    p.add_argument("--out", help="prepared-dataset directory (default: under the cache)")
+    if out_help:
+        p.add_argument("--out", required=True, help=out_help)
+    else:
+        p.add_argument("--out", help="prepared-dataset directory (default: under the cache)")
     p.add_argument("--force", action="store_true", help="prepare again even if unchanged")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
@@ -117,28 +123,89 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_evaluate(args: argparse.Namespace) -> int:
-    if args.model != "pop":
-        raise SeqrecError(f"unknown model {args.model!r}; expected 'pop'")
-    cfg = _run_config(args)
-    protocols = parse_protocols(args.protocol or cfg.eval.protocols)
-    ks = [int(k) for k in args.k.split(",")] if args.k else list(cfg.eval.ks)
-    ds = _prepare(args, cfg)
-    # POP counts the training part only (all but each user's last two items).
-    report = ds.evaluate(
-        Popularity.fit(ds.split.train),
-        args.split,
-        protocols=protocols,
-        ks=ks,
-        batch_size=cfg.eval.batch_size,
+def cmd_train(args: argparse.Namespace) -> int:
+    if args.resume:
+        # the run goes on with the config it was started with; the data must be the same
+        cfg = read_config(Path(args.out))
+    else:
+        extra = [f"model={json.dumps(args.model)}"]
+        if args.time_budget:
+            extra.append(f"train.time_budget={json.dumps(args.time_budget)}")
+        args.set = [*(args.set or []), *extra]
+        cfg = _run_config(args)
+    ds = prepare(
+        args.data, data_cfg=cfg.data, eval_cfg=cfg.eval, force=args.force, progress=not args.quiet
     )
+    result = fit(
+        ds,
+        cfg,
+        Path(args.out),
+        resume=args.resume,
+        progress=not args.quiet,
+        source={"data": args.data},
+    )
+    m = result.metrics
+    print(metrics_table(m["test"], model=cfg.model, with_paper=_is_ml1m(ds)))
+    print(
+        f"\n{m['epochs']} epochs ({m['stopped']}), best epoch {m['best_epoch']} on "
+        f"{m['selected_on']}; {m['train_time_s'] / 60:.1f} min, {m['seq_per_s']:.0f} seq/s "
+        f"-> {result.run_dir}"
+    )
+    return 0
+
+
+def _is_ml1m(ds: PreparedDataset) -> bool:
+    return ds.stats.get("users") == 6040 and ds.stats.get("items") == 3416
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    protocols_arg = args.protocol
+    ks_arg = [int(k) for k in args.k.split(",")] if args.k else None
+    scorer: Scorer
+    if args.model == "pop":
+        cfg = _run_config(args)
+        ds = _prepare(args, cfg)
+        scorer = Popularity.fit(ds.split.train)  # counts the training part only
+        name, device = "pop", "cpu"
+    elif Path(args.model).is_dir():
+        device = str(resolve_device("auto"))
+        run = load_run(args.model, device=device)
+        cfg = run.config
+        ds = _prepare(args, cfg)
+        if list(ds.item_ids) != list(run.item_ids):
+            raise ConfigError(
+                f"{args.model}: the run was trained on other items than {args.data} gives "
+                f"({len(run.item_ids)} vs {len(ds.item_ids)})"
+            )
+        scorer = _as_scorer(run.model)
+        name = cfg.model
+    else:
+        raise SeqrecError(f"{args.model}: neither 'pop' nor a run directory")
+    report = ds.evaluate(
+        scorer,
+        args.split,
+        protocols=parse_protocols(protocols_arg or cfg.eval.protocols),
+        ks=ks_arg or list(cfg.eval.ks),
+        batch_size=cfg.eval.batch_size,
+        device=device,
+    )
+    _print_report(args, report, name, ds)
+    return 0
+
+
+def _as_scorer(model: object) -> Scorer:
+    return model  # type: ignore[return-value]  # the models implement max_len and score()
+
+
+def _print_report(
+    args: argparse.Namespace, report: EvalReport, name: str, ds: PreparedDataset
+) -> None:
     if args.save_ranks:
         save_ranks(report, Path(args.save_ranks), ds.user_ids)
     if args.json:
         print(json.dumps(report.metrics))
     else:
-        print(metrics_table(report.metrics, model="pop", with_paper=args.split == "test"))
-    return 0
+        print(metrics_table(report.metrics, model=name, with_paper=args.split == "test"))
 
 
 def cmd_significance(args: argparse.Namespace) -> int:
@@ -179,37 +246,58 @@ def _find_ml1m() -> tuple[str | None, str]:
 
 
 def cmd_quickstart(args: argparse.Namespace) -> int:
-    cfg = RunConfig()
+    """The main job: prepare ML-1M (or, offline, synthetic data), evaluate POP, train BERT4Rec
+    briefly with the ML-1M recipe's settings, print both tables."""
     if args.data:
         data, origin = args.data, args.data
-        ds = prepare(data, data_cfg=cfg.data, eval_cfg=cfg.eval)
     else:
         data, origin = _find_ml1m()
-        if data is not None:
-            ds = prepare(data, data_cfg=cfg.data, eval_cfg=cfg.eval)
-        else:
-            print(
-                f"no ML-1M reachable ({origin}); running on SYNTHETIC data instead", file=sys.stderr
-            )
-            origin = "synthetic (seqrec.data.synthetic, seed 0)"
-            out = download.cache_dir() / "prepared" / "synthetic-seed0"
-            ds = prepare_frame(
-                synthetic_interactions(seed=0),
-                out,
-                name="synthetic",
-                data_cfg=cfg.data,
-                eval_cfg=cfg.eval,
-            )
+    if data is not None:
+        cfg = load_config(RunConfig, "ml-1m-bert4rec", [f"train.max_epochs={args.epochs}"])
+        ds = prepare(data, data_cfg=cfg.data, eval_cfg=cfg.eval)
+    else:
+        print(f"no ML-1M reachable ({origin}); running on SYNTHETIC data instead", file=sys.stderr)
+        origin = "synthetic (seqrec.data.synthetic, seed 0)"
+        cfg = load_config(RunConfig, "synthetic-bert4rec")
+        ds = prepare_frame(
+            synthetic_interactions(seed=0),
+            download.cache_dir() / "prepared" / "synthetic-seed0",
+            name="synthetic",
+            data_cfg=cfg.data,
+            eval_cfg=cfg.eval,
+        )
+    cfg = load_config(
+        RunConfig,
+        None,
+        [f"train.time_budget={json.dumps(args.time_budget)}", "train.eval_every=1"],
+        base=cfg,
+    )
+    paper = _is_ml1m(ds)
     print(f"data: {origin} -> {ds.path}\n")
     print(stats_table(ds.name, ds.stats) + "\n")
-    report = ds.evaluate(
+    pop = ds.evaluate(
         Popularity.fit(ds.split.train),
         "test",
         protocols=cfg.eval.protocols,
         ks=cfg.eval.ks,
         batch_size=cfg.eval.batch_size,
     )
-    print(metrics_table(report.metrics, model="pop", with_paper=ds.name != "synthetic"))
+    print(metrics_table(pop.metrics, model="pop", with_paper=paper) + "\n", flush=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = Path(args.out) if args.out else download.cache_dir() / "runs" / f"quickstart-{stamp}"
+    result = fit(ds, cfg, out, progress=not args.quiet, source={"data": origin})
+    m = result.metrics
+    print(metrics_table(m["test"], model="bert4rec", with_paper=paper))
+    print(
+        f"\nBERT4Rec: {m['epochs']} epochs in {m['train_time_s'] / 60:.1f} min "
+        f"({m['seq_per_s']:.0f} seq/s), best epoch {m['best_epoch']} by {m['selected_on']} "
+        f"-> {result.run_dir}"
+    )
+    if paper:
+        print(
+            "A short demo run: the paper's numbers need the full recipe (about an hour here), "
+            "see benchmarks/bert4rec_ml1m.py and docs/bert4rec.md."
+        )
     return 0
 
 
@@ -237,8 +325,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_stats)
 
+    p = sub.add_parser("train", help="train a model; the run directory gets everything")
+    p.add_argument("model", choices=["bert4rec"])
+    _add_data_flags(p, out_help="the run directory (created; must be new unless --resume)")
+    p.add_argument("--time-budget", metavar="DURATION", help="wall clock for training: 20m, 1h")
+    p.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
+    p.set_defaults(func=cmd_train)
+
     p = sub.add_parser("evaluate", help="evaluate a model under full / uni100 / pop100")
-    p.add_argument("model", help="'pop'")
+    p.add_argument("model", help="'pop', or a run directory from `seqrec train`")
     _add_data_flags(p)
     _add_kcore_flags(p)
     p.add_argument("--protocol", help="comma-separated: full,uni100,pop100 (default: all)")
@@ -256,8 +351,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_significance)
 
-    p = sub.add_parser("quickstart", help="the main job: prepare ML-1M, evaluate POP")
+    p = sub.add_parser(
+        "quickstart", help="the main job: prepare ML-1M, evaluate POP, train BERT4Rec briefly"
+    )
     p.add_argument("--data", help="dataset name or file (default: find ML-1M, else synthetic)")
+    p.add_argument("--epochs", type=int, default=4, help="BERT4Rec epochs on real data (4)")
+    p.add_argument("--time-budget", default="5m", help="BERT4Rec's training budget (5m)")
+    p.add_argument("--out", help="run directory (default: under the cache)")
+    p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_quickstart)
     return parser
 

@@ -12,7 +12,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from seqrec.data.batches import ClozeConfig
 from seqrec.errors import ConfigError
@@ -23,10 +23,12 @@ __all__ = [
     "EvalConfig",
     "RunConfig",
     "TrainConfig",
+    "config_names",
     "from_dict",
     "load_config",
     "parse_duration",
     "parse_override",
+    "resolve_config",
 ]
 
 
@@ -64,7 +66,11 @@ class TrainConfig:
     eps: float = 1e-6  # BERT's AdamWeightDecayOptimizer
     weight_decay: float = 0.01  # decoupled L2, not on LayerNorm weights and biases
     warmup_steps: int = 100  # linear warm-up (original script: 100), then linear decay to 0
-    max_epochs: int = 200  # the decay reaches 0 at max_epochs
+    max_epochs: int = 200  # the decay reaches 0 at max_epochs (decay = "epochs")
+    # "epochs": the decay ends at max_epochs (deterministic, resumable to the bit);
+    # "budget": it ends when time_budget runs out, so a budgeted run always anneals fully
+    # whatever the machine's speed (the step count, hence the result, depends on the speed).
+    decay: Literal["epochs", "budget"] = "epochs"
     batch_size: int = 256
     clip_norm: float = 5.0  # gradient clipping by global L2 norm
     eval_every: int = 1  # validate every k epochs
@@ -92,7 +98,7 @@ _UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0}
 
 
 def parse_duration(text: str | float | int) -> float:
-    """"20m", "1h30m", "90s", "45" (seconds) -> seconds."""
+    """ "20m", "1h30m", "90s", "45" (seconds) -> seconds."""
     if isinstance(text, int | float):
         return float(text)
     s = text.strip().lower()
@@ -193,15 +199,51 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.strip().split("."), value
 
 
+CONFIG_DIR = Path(__file__).parent / "configs"  # the shipped configs, e.g. ml-1m-bert4rec.toml
+
+
+def config_names() -> list[str]:
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
+
+
+def resolve_config(name_or_path: str | Path) -> Path:
+    """A TOML file path, or the name of a shipped config (`ml-1m-bert4rec`)."""
+    p = Path(name_or_path)
+    if p.exists():
+        return p
+    shipped = CONFIG_DIR / f"{p.name.removesuffix('.toml')}.toml"
+    if p.parent == Path(".") and shipped.exists():
+        return shipped
+    raise ConfigError(
+        f"{name_or_path}: no such config file, and not a shipped config "
+        f"({', '.join(config_names())})"
+    )
+
+
+def _merge(dst: dict[str, Any], src: dict[str, Any]) -> None:
+    for k, v in src.items():
+        if isinstance(v, dict) and isinstance(dst.get(k), dict):
+            _merge(dst[k], v)
+        else:
+            dst[k] = v
+
+
 def load_config(
-    cls: type[T], path: str | Path | None = None, overrides: typing.Sequence[str] = ()
+    cls: type[T],
+    path: str | Path | None = None,
+    overrides: typing.Sequence[str] = (),
+    *,
+    base: T | None = None,
 ) -> T:
-    """Defaults, then the TOML file, then each `section.key=value` override."""
+    """Defaults (or `base`), then the TOML file (a path or a shipped config's name), then each
+    `section.key=value` override."""
     data: dict[str, Any] = {}
+    if base is not None:
+        data = dataclasses.asdict(base)  # type: ignore[call-overload]
     if path is not None:
-        p = Path(path)
+        p = resolve_config(path)
         try:
-            data = tomllib.loads(p.read_text())
+            _merge(data, tomllib.loads(p.read_text()))
         except FileNotFoundError:
             raise ConfigError(f"{p}: config file not found") from None
         except tomllib.TOMLDecodeError as e:

@@ -55,8 +55,15 @@ def git_commit(repo: Path = _REPO) -> str:
             ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=repo, check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-             ":(exclude)benchmarks/results"],
+            [
+                "git",
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                ".",
+                ":(exclude)benchmarks/results",
+            ],
             capture_output=True,
             text=True,
             cwd=repo,
@@ -74,10 +81,17 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], Any]) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual permissions
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_json(path: Path, obj: Any) -> None:

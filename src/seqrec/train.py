@@ -30,7 +30,7 @@ from seqrec.config import RunConfig, parse_duration
 from seqrec.data.batches import ClozeBatch, ClozeSampler
 from seqrec.data.prepared import PreparedDataset
 from seqrec.errors import ConfigError
-from seqrec.evaluate import PROTOCOLS, Scorer, parse_protocols
+from seqrec.evaluate import PROTOCOLS, parse_protocols
 from seqrec.losses import cloze_loss
 from seqrec.metrics import metric_names
 from seqrec.provenance import atomic_write, git_commit, machine
@@ -80,7 +80,9 @@ def resolve_device(name: str) -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise ConfigError(f"train.device: {name!r} is not a device (auto, cpu, cuda, cuda:0)")
+        raise ConfigError(
+            f"train.device: {name!r} is not a device (auto, cpu, cuda, cuda:0)"
+        ) from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError("train.device: cuda was asked for but no GPU is available")
     return device
@@ -102,15 +104,13 @@ def _optimizer(model: nn.Module, cfg: RunConfig) -> torch.optim.Optimizer:
     )
 
 
-def _schedule(warmup: int, total: int) -> Callable[[int], float]:
-    """Linear warm-up to the peak over `warmup` steps, then linear decay to 0 at `total`."""
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        return max(0.0, (total - step) / max(1, total - warmup))
-
-    return factor
+def lr_factor(step: int, warmup: int, progress: float) -> float:
+    """Linear warm-up to the peak over `warmup` steps, then linear decay to 0 as `progress`
+    (the share of the schedule done, by steps or by the time budget) goes from the end of the
+    warm-up to 1."""
+    if step < warmup:
+        return (step + 1) / warmup
+    return max(0.0, 1.0 - progress)
 
 
 class _Eval:
@@ -122,7 +122,7 @@ class _Eval:
 
     def score(self, histories: torch.Tensor) -> torch.Tensor:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            return self.model.score(histories).float()  # type: ignore[operator,no-any-return]
+            return self.model.score(histories).float()  # type: ignore[operator]
 
 
 @dataclass
@@ -158,10 +158,9 @@ def fit(
     if cfg.model not in TASKS:
         raise ConfigError(f"model {cfg.model!r} is unknown; expected one of {', '.join(TASKS)}")
     val_protocol = parse_protocols(t.val_protocol)[0]
-    if t.val_metric not in metric_names(cfg.eval.ks):
-        raise ConfigError(
-            f"train.val_metric {t.val_metric!r} is not one of {', '.join(metric_names(cfg.eval.ks))}"
-        )
+    names = metric_names(cfg.eval.ks)
+    if t.val_metric not in names:
+        raise ConfigError(f"train.val_metric {t.val_metric!r} is not one of {', '.join(names)}")
     budget = parse_duration(t.time_budget) if t.time_budget else math.inf
     device = resolve_device(t.device)
     if t.threads > 0:
@@ -182,16 +181,24 @@ def fit(
     sampler, loss_fn = TASKS[cfg.model](cfg, ds)
     optimizer = _optimizer(model, cfg)
     total_steps = t.max_epochs * len(sampler)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, _schedule(t.warmup_steps, total_steps)
-    )
+    if t.decay == "budget" and not t.time_budget:
+        raise ConfigError('train.decay = "budget" needs train.time_budget')
+
+    def set_lr(step: int, seconds: float) -> float:
+        if t.decay == "budget":
+            progress = seconds / budget
+        else:  # by steps; the decay starts after the warm-up
+            progress = (step - t.warmup_steps) / max(1, total_steps - t.warmup_steps)
+        lr = t.lr * lr_factor(step, t.warmup_steps, progress)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        return lr
     history: list[dict[str, Any]] = []
     best: dict[str, Any] = {"metric": -math.inf, "epoch": -1, "state": None, "valid": None}
     start_epoch, step, elapsed, bad = 0, 0, 0.0, 0
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
         start_epoch, step, elapsed = state["epoch"] + 1, state["step"], state["elapsed"]
         bad, history = state["bad"], state["history"]
         best = {**state["best"], "state": state["best_state"]}
@@ -201,7 +208,7 @@ def fit(
     def validate() -> float:
         model.eval()
         report = ds.evaluate(
-            evaluator,  # type: ignore[arg-type]
+            evaluator,
             "valid",
             protocols=(val_protocol,),
             ks=cfg.eval.ks,
@@ -224,17 +231,17 @@ def fit(
     model.train()
     for epoch in range(start_epoch, t.max_epochs):
         torch.manual_seed(int(np.random.SeedSequence([t.seed, epoch]).generate_state(1)[0]))
-        epoch_start, loss_sum, n_batches, n_seq = time.perf_counter(), 0.0, 0, 0
+        epoch_start, loss_sum, n_batches, n_seq, lr = time.perf_counter(), 0.0, 0, 0, 0.0
         out_of_time = False
         for batch in sampler.epoch(epoch):
             batch = batch.to(device)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=t.bf16):
                 loss = loss_fn(model, batch)
+            lr = set_lr(step, time.perf_counter() - started)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()  # type: ignore[no-untyped-call]
+            loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
             optimizer.step()
-            scheduler.step()
             step += 1
             loss_sum += float(loss.detach())
             n_batches += 1
@@ -248,7 +255,7 @@ def fit(
             "epoch": epoch,
             "step": step,
             "loss": loss_sum / max(1, n_batches),
-            "lr": scheduler.get_last_lr()[0],
+            "lr": lr,
             "seq_per_s": n_seq / max(seconds, 1e-9),
             "epoch_s": seconds,
         }
@@ -271,7 +278,7 @@ def fit(
         bar.set_postfix(
             epoch=epoch,
             loss=f"{line['loss']:.3f}",
-            val=f"{best['metric']:.4f}",
+            val=f"{best['metric']:.4f}" if best["epoch"] >= 0 else "-",
             seq_s=f"{line['seq_per_s']:.0f}",
         )
         _write_log(run_dir, history)
@@ -280,7 +287,6 @@ def fit(
             {
                 "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
                 "epoch": epoch,
                 "step": step,
                 "elapsed": elapsed,
@@ -305,7 +311,7 @@ def fit(
     metrics: dict[str, Any] = {"model": cfg.model, "dataset": ds.name}
     for split in ("valid", "test"):
         report = ds.evaluate(
-            evaluator,  # type: ignore[arg-type]
+            evaluator,
             split,
             protocols=cfg.eval.protocols or PROTOCOLS,
             ks=cfg.eval.ks,

@@ -146,7 +146,8 @@ class ClozeSampler:
             chunk = perm[lo : lo + pool]
             if self.cfg.bucket_batches > 1:
                 chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
-            batches += [chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
+            step = self.batch_size
+            batches += [chunk[i : i + step] for i in range(0, len(chunk), step)]
         return [batches[i] for i in rng.permutation(len(batches))]
 
     def _make_batch(

@@ -131,7 +131,7 @@ class BERT4Rec(nn.Module):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         """input_ids (B, L) left-padded, L <= N -> hidden states (B, L, D)."""
         B, L = input_ids.shape
-        if L > self.cfg.max_len:
+        if self.cfg.max_len < L:
             raise ValueError(f"input length {L} exceeds max_len {self.cfg.max_len}")
         positions = torch.arange(self.cfg.max_len - L, self.cfg.max_len, device=input_ids.device)
         h = self.item_emb(input_ids) + self.pos_emb(positions)  # (B, L, D)

@@ -1,0 +1,110 @@
+"""The Cloze task's training samples (§3.6): windows, masking statistics, mask-last samples."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from seqrec.data.batches import ClozeConfig, ClozeSampler, sliding_windows
+from seqrec.data.preprocess import Sequences
+
+
+def test_sliding_windows_hand_computed() -> None:
+    # max_len 4, step 0.5 -> stride 2. Length 10: starts 6, 4, 2 (range(6, 0, -2)) and 0.
+    row, start, end = sliding_windows(np.array([3, 10, 5]), 4, 0.5)
+    assert list(zip(row, start, end, strict=True)) == [
+        (0, 0, 3),
+        (1, 0, 4),
+        (1, 2, 6),
+        (1, 4, 8),
+        (1, 6, 10),
+        (2, 0, 4),  # length 5: starts 1 and 0
+        (2, 1, 5),
+    ]
+    row, start, end = sliding_windows(np.array([3, 10]), 4, 0.0)  # only the last N items
+    assert list(zip(row, start, end, strict=True)) == [(0, 0, 3), (1, 6, 10)]
+
+
+def _seqs(n_users: int = 64, seed: int = 0, min_len: int = 1) -> Sequences:
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(min_len, 60, size=n_users)
+    return Sequences.from_lists([list(rng.integers(1, 101, size=n)) for n in lengths], n_items=100)
+
+
+def _rows(sampler: ClozeSampler, epoch: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(items of the sample, masked flags) per sample, padding removed."""
+    out = []
+    for b in sampler.epoch(epoch):
+        flat_targets = iter(b.targets.tolist())
+        for inputs, masked in zip(b.inputs.numpy(), b.masked.numpy(), strict=True):
+            real = (inputs != 0) | masked
+            items = inputs.copy()
+            items[masked] = [next(flat_targets) for _ in range(int(masked.sum()))]
+            out.append((items[real], masked[real]))
+    return out
+
+
+def test_cloze_masks_round_rho_times_length_items() -> None:
+    seqs = _seqs()
+    cfg = ClozeConfig(mask_prob=0.2, max_predictions=8, last_item_ratio=0.0, sliding_step=0.0)
+    sampler = ClozeSampler(seqs, max_len=50, cfg=cfg, batch_size=16, seed=3)
+    rows = _rows(sampler)
+    assert len(rows) == 64 and len(sampler) == 4
+    lengths = np.array([len(items) for items, _ in rows])
+    n_masked = np.array([m.sum() for _, m in rows])
+    expected = np.clip(np.floor(np.minimum(seqs.lengths, 50) * 0.2 + 0.5), 1, 8)
+    # at least one, at most max_predictions, round(ρ * length) in between (half rounds up)
+    assert sorted(zip(lengths, n_masked, strict=True)) == sorted(
+        zip(np.minimum(seqs.lengths, 50), expected, strict=True)
+    )
+    # the inputs hold [MASK] exactly at the masked positions
+    for b in sampler.epoch(0):
+        assert (b.inputs[b.masked] == 101).all() and (b.inputs[~b.masked] != 101).all()
+
+
+def test_targets_are_the_original_items() -> None:
+    rng = np.random.default_rng(0)
+    lists = [list(rng.integers(1, 101, size=n)) for n in range(1, 30)]  # distinct lengths
+    seqs = Sequences.from_lists(lists, n_items=100)
+    sampler = ClozeSampler(seqs, max_len=80, batch_size=8, seed=0)
+    for items, _ in _rows(sampler):
+        assert items.tolist() == lists[len(items) - 1]
+
+
+def test_mask_last_samples_mask_only_the_last_item() -> None:
+    seqs = _seqs(40, min_len=20)  # Cloze masks >= 4 items of these
+    cfg = ClozeConfig(mask_prob=0.2, last_item_ratio=0.25, sliding_step=0.0)
+    sampler = ClozeSampler(seqs, max_len=80, cfg=cfg, batch_size=16, seed=0)
+    assert sampler.n_last == 10
+    rows = _rows(sampler)
+    only_last = [m[-1] and m.sum() == 1 for _, m in rows]
+    assert len(rows) == 50 and sum(only_last) == 10
+    assert all(m.sum() >= 4 for (_, m), last in zip(rows, only_last, strict=True) if not last)
+
+
+def test_fresh_masks_each_epoch_and_seeded() -> None:
+    seqs = _seqs()
+    a = ClozeSampler(seqs, max_len=50, batch_size=16, seed=1)
+    b = ClozeSampler(seqs, max_len=50, batch_size=16, seed=1)
+    e0 = [x.masked for x in a.epoch(0)]
+    assert all(torch.equal(x, y.masked) for x, y in zip(e0, b.epoch(0), strict=True))
+    e1 = [x.masked for x in a.epoch(1)]
+    assert not all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(e0, e1, strict=True))
+
+
+def test_random_replace_option() -> None:
+    seqs = _seqs(200)
+    cfg = ClozeConfig(mask_prob=0.5, max_predictions=100, random_replace=True, last_item_ratio=0)
+    sampler = ClozeSampler(seqs, max_len=80, cfg=cfg, batch_size=256, seed=0)
+    (b,) = list(sampler.epoch(0))
+    assert int(b.masked.sum()) > 2000
+    at_masked = b.inputs[b.masked]
+    share_mask = float((at_masked == 101).float().mean())
+    share_kept = float((at_masked == b.targets).float().mean())
+    assert 0.77 < share_mask < 0.83 and 0.08 < share_kept < 0.13  # 80 % / 10 % (+ chance)
+
+
+def test_bad_settings_are_errors() -> None:
+    with pytest.raises(ValueError, match="mask_prob"):
+        ClozeSampler(_seqs(), max_len=50, cfg=ClozeConfig(mask_prob=0.0))

@@ -1,0 +1,67 @@
+"""The BERT4Rec architecture (§3.2-3.5): shapes, padding, bidirectionality, initialisation."""
+
+from __future__ import annotations
+
+import torch
+
+from seqrec.models.bert4rec import BERT4Rec, BERT4RecConfig
+
+CFG = BERT4RecConfig(max_len=12, d_model=16, n_layers=2, n_heads=2, dropout=0.0, attn_dropout=0.0)
+
+
+def _model(n_items: int = 30, cfg: BERT4RecConfig = CFG, seed: int = 0) -> BERT4Rec:
+    torch.manual_seed(seed)
+    return BERT4Rec(n_items, cfg).eval()
+
+
+def test_shapes_and_ids() -> None:
+    m = _model(n_items=30)
+    assert m.mask_id == 31 and m.item_emb.num_embeddings == 32  # 0 pad, 1..30, 31 = [MASK]
+    x = torch.randint(1, 31, (4, 7))
+    assert m(x).shape == (4, 7, 16)  # (B, L, D)
+    assert m.logits(m(x)).shape == (4, 7, 30)  # items 1..n
+    s = m.score(x)
+    assert s.shape == (4, 31) and torch.isinf(s[:, 0]).all() and (s[:, 0] < 0).all()
+    assert m.max_len == 11  # N - 1 history items + the appended [MASK]
+
+
+def test_padding_is_never_attended() -> None:
+    m = _model()
+    x = torch.tensor([[0, 0, 0, 5, 6, 7], [1, 2, 3, 4, 5, 6]])
+    h = m(x)
+    # the same rows without the extra padding column, and each row alone, cropped to its items
+    assert torch.allclose(m(x[:, 1:])[0, 2:], h[0, 3:], atol=1e-5)
+    assert torch.allclose(m(x[:1, 3:])[0], h[0, 3:], atol=1e-5)
+    # scores of a history do not depend on how long the other histories of its batch are
+    short = torch.tensor([[5, 6, 7]])
+    batch = torch.tensor([[0, 0, 0, 5, 6, 7], [9, 8, 1, 2, 3, 4]])
+    assert torch.allclose(m.score(short)[0, 1:], m.score(batch)[0, 1:], atol=1e-5)
+
+
+def test_attention_is_bidirectional() -> None:
+    m = _model()
+    a = torch.tensor([[3, 4, 5, 6]])
+    b = torch.tensor([[3, 4, 5, 9]])  # only the last item differs
+    # the first position sees the future item: its hidden state changes (a causal model's would not)
+    assert not torch.allclose(m(a)[0, 0], m(b)[0, 0], atol=1e-4)
+
+
+def test_output_layer_shares_the_item_embedding() -> None:
+    m = _model()
+    w, b = m.output_weights()
+    assert w.data_ptr() == m.item_emb.weight[1:].data_ptr() and w.shape == (30, 16)
+    h = torch.randn(5, 16)
+    z = torch.nn.functional.gelu(h @ m.head.weight.T + m.head.bias)  # Eq. 7
+    assert torch.allclose(m.logits(h), z @ m.item_emb.weight[1:31].T + m.out_bias, atol=1e-5)
+
+
+def test_initialisation_is_truncated() -> None:
+    code = _model(n_items=2000, cfg=CFG)
+    paper = _model(
+        n_items=2000, cfg=BERT4RecConfig(**{**CFG.__dict__, "init": "trunc_normal_range"})
+    )
+    w_code, w_paper = code.item_emb.weight[1:], paper.item_emb.weight[1:]
+    assert w_code.abs().max() <= 0.04 + 1e-6 and w_code.abs().max() > 0.03
+    assert w_paper.abs().max() <= 0.02 + 1e-6
+    assert 0.015 < float(w_code.detach().std()) < 0.02  # std 0.02 cut at 2 std -> ~0.0176
+    assert float(code.item_emb.weight[0].abs().sum()) == 0.0  # padding row
