@@ -2,7 +2,7 @@
 ML-1M recipe), then write the test metrics under pop100 beside the paper's Table 2 row, plus full
 and uni100, wall time, epochs and sequences/s, and the JSON behind it.
 
-    python benchmarks/bert4rec_ml1m.py [--data-dir DIR] [--config configs/ml-1m-bert4rec.toml]
+    python benchmarks/bert4rec_ml1m.py [--data-dir DIR] [--config ml-1m-bert4rec]
         [--set train.lr=1e-4 ...] [--out RUN_DIR] [--resume] [--name bert4rec_ml1m]
 """
 
@@ -20,13 +20,11 @@ from seqrec.models.baselines import Popularity
 from seqrec.report import metrics_table
 from seqrec.train import fit
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data-dir")
-    ap.add_argument("--config", default=str(ROOT / "configs" / "ml-1m-bert4rec.toml"))
+    ap.add_argument("--config", default="ml-1m-bert4rec", help="a shipped config name or a path")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--out", help="run directory (default: under $SEQREC_HOME/runs)")
     ap.add_argument("--resume", action="store_true")

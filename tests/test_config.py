@@ -4,7 +4,14 @@ from pathlib import Path
 
 import pytest
 
-from seqrec.config import DataConfig, EvalConfig, RunConfig, load_config
+from seqrec.config import (
+    DataConfig,
+    EvalConfig,
+    RunConfig,
+    config_names,
+    load_config,
+    parse_duration,
+)
 from seqrec.errors import ConfigError
 
 
@@ -23,7 +30,7 @@ def test_errors_name_the_key(tmp_path: Path) -> None:
         ConfigError, match=r"config\.data\.min_user_interactions: expected an integer"
     ):
         load_config(RunConfig, None, ["data.min_user_interactions=five"])
-    with pytest.raises(ConfigError, match="config file not found"):
+    with pytest.raises(ConfigError, match="no such config file, and not a shipped config"):
         load_config(RunConfig, tmp_path / "none.toml")
     with pytest.raises(ConfigError, match=r"expected section\.key=value"):
         load_config(RunConfig, None, ["nonsense"])
@@ -35,9 +42,40 @@ def test_configs_are_frozen() -> None:
         cfg.data.min_user_interactions = 3  # type: ignore[misc]
 
 
-def test_shipped_configs_parse() -> None:
-    root = Path(__file__).parent.parent / "configs"
-    files = sorted(root.glob("*.toml"))
-    assert files
-    for f in files:
-        assert load_config(RunConfig, f) == RunConfig()  # they document the defaults
+def test_shipped_configs_parse_by_name() -> None:
+    names = config_names()
+    assert {
+        "ml-1m",
+        "ml-1m-bert4rec",
+        "ml-20m-bert4rec",
+        "beauty-bert4rec",
+        "steam-bert4rec",
+    } <= set(names)
+    assert load_config(RunConfig, "ml-1m") == RunConfig()  # it documents the defaults
+    # §4.3: N = 200 / 50 and ρ = 0.2 (MovieLens), 0.4 (Steam), 0.6 (Beauty); L = 2, h = 2, d = 64
+    paper = {"ml-1m": (200, 0.2), "ml-20m": (200, 0.2), "steam": (50, 0.4), "beauty": (50, 0.6)}
+    for name, (n, rho) in paper.items():
+        cfg = load_config(RunConfig, f"{name}-bert4rec")
+        assert (cfg.bert4rec.max_len, cfg.cloze.mask_prob) == (n, rho), name
+        assert (cfg.bert4rec.n_layers, cfg.bert4rec.n_heads, cfg.bert4rec.d_model) == (2, 2, 64)
+    for name in names:
+        load_config(RunConfig, name)
+
+
+def test_literal_keys_and_base_config() -> None:
+    with pytest.raises(ConfigError, match=r"bert4rec\.init: 'uniform' is not one of"):
+        load_config(RunConfig, None, ['bert4rec.init="uniform"'])
+    base = load_config(RunConfig, None, ["train.lr=0.01", "bert4rec.max_len=50"])
+    cfg = load_config(RunConfig, None, ["train.batch_size=8"], base=base)
+    assert (cfg.train.lr, cfg.bert4rec.max_len, cfg.train.batch_size) == (0.01, 50, 8)
+
+
+def test_parse_duration() -> None:
+    assert parse_duration("20m") == 1200
+    assert parse_duration("1h30m") == 5400
+    assert parse_duration("90s") == 90
+    assert parse_duration("45") == 45
+    assert parse_duration("0.5s") == 0.5
+    for bad in ("soon", "10x", "m", "0"):
+        with pytest.raises(ConfigError, match="time budget"):
+            parse_duration(bad)

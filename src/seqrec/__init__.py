@@ -1,6 +1,7 @@
 """seqrec: sequential recommendation (BERT4Rec, SASRec) reproduced honestly, fast on a CPU."""
 
-from seqrec.config import DataConfig, EvalConfig, RunConfig, load_config
+from seqrec.checkpoint import Run, load_run
+from seqrec.config import DataConfig, EvalConfig, RunConfig, TrainConfig, load_config
 from seqrec.data.io import read_interactions
 from seqrec.data.prepared import PreparedDataset, load_prepared, prepare, prepare_frame
 from seqrec.data.preprocess import Sequences, dataset_stats, preprocess
@@ -9,10 +10,14 @@ from seqrec.errors import ConfigError, DataError, DownloadError, SeqrecError
 from seqrec.evaluate import PROTOCOLS, EvalReport, Scorer, evaluate
 from seqrec.metrics import paired_test, summarize
 from seqrec.models.baselines import Popularity
+from seqrec.models.bert4rec import BERT4Rec, BERT4RecConfig
+from seqrec.train import FitResult, fit
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BERT4Rec",
+    "BERT4RecConfig",
     "PROTOCOLS",
     "ConfigError",
     "DataConfig",
@@ -20,19 +25,24 @@ __all__ = [
     "DownloadError",
     "EvalConfig",
     "EvalReport",
+    "FitResult",
     "LeaveOneOut",
     "Popularity",
     "PreparedDataset",
+    "Run",
     "RunConfig",
     "Scorer",
     "SeqrecError",
     "Sequences",
+    "TrainConfig",
     "__version__",
     "dataset_stats",
     "evaluate",
+    "fit",
     "leave_one_out",
     "load_config",
     "load_prepared",
+    "load_run",
     "paired_test",
     "prepare",
     "prepare_frame",

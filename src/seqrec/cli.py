@@ -269,7 +269,11 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     cfg = load_config(
         RunConfig,
         None,
-        [f"train.time_budget={json.dumps(args.time_budget)}", "train.eval_every=1"],
+        [
+            f"train.time_budget={json.dumps(args.time_budget)}",
+            'train.decay="epochs"',  # a demo: the schedule anneals over its few epochs
+            "train.eval_every=1",
+        ],
         base=cfg,
     )
     paper = _is_ml1m(ds)

@@ -99,14 +99,13 @@ _UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0}
 
 def parse_duration(text: str | float | int) -> float:
     """ "20m", "1h30m", "90s", "45" (seconds) -> seconds."""
-    if isinstance(text, int | float):
-        return float(text)
-    s = text.strip().lower()
+    s = str(text).strip().lower()
+    total, num = 0.0, ""
     try:
-        return float(s)
+        total = float(s)
+        s = ""
     except ValueError:
         pass
-    total, num = 0.0, ""
     for ch in s:
         if ch.isdigit() or ch == ".":
             num += ch

@@ -166,6 +166,7 @@ def fit(
     if t.threads > 0:
         torch.set_num_threads(t.threads)
 
+    commit = state["git_commit"] if state and "git_commit" in state else git_commit()
     if state is None:
         run_dir.mkdir(parents=True, exist_ok=True)
         ckpt.write_json(
@@ -193,6 +194,7 @@ def fit(
         for group in optimizer.param_groups:
             group["lr"] = lr
         return lr
+
     history: list[dict[str, Any]] = []
     best: dict[str, Any] = {"metric": -math.inf, "epoch": -1, "state": None, "valid": None}
     start_epoch, step, elapsed, bad = 0, 0, 0.0, 0
@@ -220,7 +222,7 @@ def fit(
 
     stopped = "max_epochs"
     bar = tqdm(
-        total=total_steps,
+        total=None if t.decay == "budget" else total_steps,  # the clock ends a budgeted run
         initial=step,
         desc=f"train {cfg.model}",
         unit="batch",
@@ -294,6 +296,7 @@ def fit(
                 "history": history,
                 "best": {k: v for k, v in best.items() if k != "state"},
                 "best_state": best["state"],
+                "git_commit": commit,  # the code the run started with
             },
         )
         if out_of_time:
@@ -334,7 +337,7 @@ def fit(
             "seq_per_s": n_samples / max(train_seconds, 1e-9),
             "seed": t.seed,
             "device": str(device),
-            "git_commit": git_commit(),
+            "git_commit": commit,
             "machine": machine(),
         }
     )
