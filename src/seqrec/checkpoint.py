@@ -14,7 +14,6 @@ Every file is written to a temporary name and renamed into place.
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 from dataclasses import dataclass
@@ -66,10 +65,6 @@ def save_torch(path: Path, obj: Any) -> None:
     torch.save(obj, buf)
     data = buf.getvalue()
     atomic_write(path, lambda f: f.write(data))
-
-
-def config_dict(cfg: RunConfig) -> dict[str, Any]:
-    return dataclasses.asdict(cfg)
 
 
 def read_config(run_dir: Path) -> RunConfig:
