@@ -28,7 +28,7 @@ import polars as pl
 import torch
 from tqdm import tqdm
 
-from seqrec.data.preprocess import Sequences
+from seqrec.data.preprocess import Sequences, left_pad
 from seqrec.data.split import EvalSet
 from seqrec.metrics import DEFAULT_KS, summarize
 
@@ -85,9 +85,7 @@ def pad_histories(seqs: Sequences, rows: np.ndarray, max_len: int | None = None)
     starts, ends = seqs.offsets[rows], seqs.offsets[rows + 1]
     longest = int((ends - starts).max()) if len(rows) else 0
     width = max(1, longest if max_len is None else min(longest, max_len))
-    idx = ends[:, None] - width + np.arange(width)[None, :]  # (B, L)
-    valid = idx >= starts[:, None]
-    return np.where(valid, seqs.items[np.clip(idx, 0, max(len(seqs.items) - 1, 0))], 0)
+    return left_pad(seqs.items, starts, ends, width)
 
 
 def sample_negatives(

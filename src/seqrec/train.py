@@ -196,7 +196,7 @@ def fit(
         return lr
 
     history: list[dict[str, Any]] = []
-    best: dict[str, Any] = {"metric": -math.inf, "epoch": -1, "state": None, "valid": None}
+    best: dict[str, Any] = {"metric": -math.inf, "epoch": -1, "state": None}
     start_epoch, step, elapsed, bad = 0, 0, 0.0, 0
     if state is not None:
         model.load_state_dict(state["model"])
@@ -258,6 +258,7 @@ def fit(
             "step": step,
             "loss": loss_sum / max(1, n_batches),
             "lr": lr,
+            "sequences": n_seq,
             "seq_per_s": n_seq / max(seconds, 1e-9),
             "epoch_s": seconds,
         }
@@ -324,7 +325,7 @@ def fit(
         metrics[split] = report.metrics
     epochs_run = len(history)
     train_seconds = sum(h["epoch_s"] for h in history)
-    n_samples = sum(h["seq_per_s"] * h["epoch_s"] for h in history)
+    n_samples = sum(h["sequences"] for h in history)
     metrics.update(
         {
             "best_epoch": best["epoch"],

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from seqrec.data.preprocess import Sequences
+from seqrec.data.preprocess import Sequences, left_pad
 
 __all__ = ["ClozeBatch", "ClozeConfig", "ClozeSampler", "sliding_windows"]
 
@@ -156,9 +156,8 @@ class ClozeSampler:
         starts, ends = self.win_start[window], self.win_end[window]
         lengths = ends - starts
         width = int(lengths.max())
-        idx = ends[:, None] - width + np.arange(width)[None, :]  # (B, L) left-padded
-        real = idx >= starts[:, None]
-        items = np.where(real, self.train.items[np.where(real, idx, 0)], 0)
+        items = left_pad(self.train.items, starts, ends, width)  # (B, L)
+        real = np.arange(width)[None, :] >= width - lengths[:, None]
         # Cloze: round(ρ * length) positions (>= 1, <= max_predictions) chosen uniformly among
         # the real ones: the n smallest of i.i.d. uniform keys. Rounding half up, as Python 2's
         # round() in the original code.

@@ -17,7 +17,7 @@ import polars as pl
 
 from seqrec.errors import DataError
 
-__all__ = ["Preprocessed", "Sequences", "dataset_stats", "kcore_mask", "preprocess"]
+__all__ = ["Preprocessed", "Sequences", "dataset_stats", "kcore_mask", "left_pad", "preprocess"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,16 @@ class Sequences:
         items = np.array([i for s in seqs for i in s], dtype=np.int64)
         n = int(items.max()) if n_items is None and len(items) else int(n_items or 0)
         return cls(items=items, offsets=offsets, n_items=n)
+
+
+def left_pad(items: np.ndarray, starts: np.ndarray, ends: np.ndarray, width: int) -> np.ndarray:
+    """(B, width): the last `width` items of each slice items[starts[b]:ends[b]], left-padded
+    with 0 (most recent last)."""
+    if len(items) == 0:
+        return np.zeros((len(starts), width), dtype=np.int64)
+    idx = ends[:, None] - width + np.arange(width)[None, :]  # (B, L)
+    real = idx >= starts[:, None]
+    return np.where(real, items[np.where(real, idx, 0)], 0)
 
 
 @dataclass(frozen=True)
