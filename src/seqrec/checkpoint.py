@@ -26,6 +26,7 @@ from torch import nn
 from seqrec.config import RunConfig, from_dict
 from seqrec.errors import ConfigError
 from seqrec.models.bert4rec import BERT4Rec
+from seqrec.models.sasrec import SASRec
 from seqrec.provenance import atomic_write, write_json
 
 __all__ = [
@@ -50,6 +51,7 @@ CONFIG, VOCAB, CHECKPOINT, WEIGHTS, METRICS, LOG = (
 # model name -> constructor from (number of items, run config)
 MODELS: dict[str, Any] = {
     "bert4rec": lambda n_items, cfg: BERT4Rec(n_items, cfg.bert4rec),
+    "sasrec": lambda n_items, cfg: SASRec(n_items, cfg.sasrec),
 }
 
 

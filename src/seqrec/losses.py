@@ -1,14 +1,46 @@
-"""Loss formulas: pure tensor functions. Which positions are targets is decided in
-`seqrec.data.batches`; here only the formula."""
+"""Loss formulas: pure tensor functions, selectable by name (`train.loss`). Which positions are
+targets and which negatives are drawn is decided in `seqrec.data.batches`; here only the formula.
+
+Every loss sees M target positions: z (M, D) output features, the output layer's weights
+(V, D) and bias (V,) or None, targets (M,) in 1..V and, for the sampled losses, negatives
+(M, k) in 1..V, none equal to the target or to an item of the sequence.
+
+- `ce`: softmax cross-entropy over the whole catalogue (BERT4Rec Eq. 8; SASRec+, Klenitskiy &
+  Vasilev 2023), exact, computed in chunks of rows so the (M, V) logits are never kept;
+- `bce`: binary cross-entropy, the target against each of its k negatives (SASRec §III-E, k = 1);
+- `sampled_softmax`: softmax over the target and its k negatives, optionally with the logQ
+  correction;
+- `gbce`: generalised BCE (Petrov & Macdonald, RecSys 2023, "gSASRec"), which undoes the
+  overconfidence that negative sampling teaches.
+
+The sampled losses sum over the target and its negatives and average over positions, so with
+k = 1 `bce` is SASRec's objective divided by the number of target positions.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["cloze_loss", "full_cross_entropy"]
+__all__ = [
+    "LOSSES",
+    "LossSpec",
+    "SAMPLED_LOSSES",
+    "bce_loss",
+    "full_cross_entropy",
+    "gbce_beta",
+    "gbce_loss",
+    "item_loss",
+    "model_loss",
+    "sampled_logits",
+    "sampled_softmax_loss",
+    "sequence_negative_logits",
+]
 
 # Rows of the (M, V) logit matrix handled at once. A chunk of 512 x 3,416 floats (7 MB) stays in
 # cache; the whole matrix (~120 MB for a BERT4Rec batch on ML-1M) does not, and every pass over it
@@ -91,7 +123,7 @@ def _logits(z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, bf16: boo
 def full_cross_entropy(
     z: torch.Tensor,
     weight: torch.Tensor,
-    bias: torch.Tensor,
+    bias: torch.Tensor | None,
     targets: torch.Tensor,
     *,
     bf16: bool = False,
@@ -99,42 +131,184 @@ def full_cross_entropy(
     """Mean negative log-likelihood of each target under a softmax over the whole catalogue,
     with logits z @ weight^T + bias.
 
-    z (M, D); weight (V, D) and bias (V,) over items 1..V; targets (M,) item ids in 1..V.
+    z (M, D); weight (V, D) and bias (V,) or None over items 1..V; targets (M,) in 1..V.
     `bf16`: the two big matmuls in bfloat16 (the softmax stays in float32).
     """
     if z.shape[0] == 0:
         return z.sum() * 0.0
+    if bias is None:
+        bias = torch.zeros(weight.shape[0], dtype=weight.dtype, device=weight.device)
     out: torch.Tensor = _ChunkedCrossEntropy.apply(z, weight, bias, targets - 1, bf16)
     return out
 
 
 def reference_cross_entropy(
-    z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, targets: torch.Tensor
+    z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor
 ) -> torch.Tensor:
     """The textbook formula, F.cross_entropy on materialised logits (tests compare against it)."""
-    return F.cross_entropy(z.float() @ weight.float().T + bias.float(), targets - 1)
+    logits = z.float() @ weight.float().T
+    if bias is not None:
+        logits = logits + bias.float()
+    return F.cross_entropy(logits, targets - 1)
 
 
-class MaskedItemModel(Protocol):
+def sampled_logits(
+    z: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    targets: torch.Tensor,
+    negatives: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The scores of each target (M,) and of its k negatives (M, k), without the (M, V) matrix."""
+    pos = (z * weight[targets - 1]).sum(-1)  # (M,)
+    neg = torch.einsum("md,mkd->mk", z, weight[negatives - 1])  # (M, k)
+    if bias is not None:
+        pos, neg = pos + bias[targets - 1], neg + bias[negatives - 1]
+    return pos.float(), neg.float()
+
+
+def bce_loss(pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
+    """SASRec §III-E: -log σ(r_pos) - Σ_j log(1 - σ(r_j)), averaged over positions.
+    (-log σ(x) = softplus(-x) and -log(1 - σ(x)) = softplus(x), stable for any x.)"""
+    return (F.softplus(-pos) + F.softplus(neg).sum(-1)).mean()
+
+
+def sampled_softmax_loss(
+    pos: torch.Tensor, neg: torch.Tensor, log_expected: float | None = None
+) -> torch.Tensor:
+    """-log softmax of the target among itself and its k negatives, averaged over positions.
+    `log_expected`: the logQ correction, log(k q(j)), the log of how often a negative is
+    expected to be drawn, subtracted from each negative's score; with it the sampled partition
+    function estimates the full one (Bengio & Senécal 2008)."""
+    if log_expected is not None:
+        neg = neg - log_expected
+    logits = torch.cat([pos[:, None], neg], dim=1)  # (M, 1 + k), the target in column 0
+    return (torch.logsumexp(logits, dim=1) - pos).mean()
+
+
+def gbce_beta(n_negatives: int, n_items: int, t: float) -> float:
+    """gSASRec's β = α (t (1 - 1/α) + 1/α) with the sampling rate α = k / (|I| - 1)."""
+    alpha = n_negatives / (n_items - 1)
+    return alpha * (t * (1.0 - 1.0 / alpha) + 1.0 / alpha)
+
+
+def gbce_loss(pos: torch.Tensor, neg: torch.Tensor, beta: float) -> torch.Tensor:
+    """gBCE: -log σ(r_pos)^β - Σ_j log(1 - σ(r_j)), averaged over positions. β = 1 is BCE."""
+    return (beta * F.softplus(-pos) + F.softplus(neg).sum(-1)).mean()
+
+
+def sequence_negative_logits(
+    features: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    negatives: torch.Tensor,
+) -> torch.Tensor:
+    """Scores of negatives shared by all positions of a sequence: features (B, L, D) against
+    negatives (B, k) -> (B, L, k). One batched matmul instead of gathering (M, k, D) embeddings,
+    which at k = 256 is most of a training step on a CPU."""
+    neg = torch.einsum("bld,bkd->blk", features, weight[negatives - 1])  # (B, L, k)
+    if bias is not None:
+        neg = neg + bias[negatives - 1][:, None, :]
+    return neg.float()
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """A loss by name with its parameters (from TrainConfig)."""
+
+    name: str = "ce"
+    n_items: int = 0  # catalogue size V
+    n_negatives: int = 0  # k (sampled losses)
+    # "position": k negatives per target position (SASRec §III-E); "sequence": k negatives per
+    # sequence shared by its positions (the batch holds (B, k) negatives)
+    negatives_per: str = "position"
+    gbce_t: float = 0.75  # gSASRec's calibration t
+    logq: bool = False  # sampled_softmax: logQ correction
+    bf16: bool = False  # ce: the big matmuls in bfloat16
+
+    @property
+    def needs_negatives(self) -> bool:
+        return self.name != "ce"
+
+
+Tensor = torch.Tensor
+
+
+def _bce(spec: LossSpec, pos: Tensor, neg: Tensor) -> Tensor:
+    return bce_loss(pos, neg)
+
+
+def _sampled_softmax(spec: LossSpec, pos: Tensor, neg: Tensor) -> Tensor:
+    # negatives are drawn uniformly, so k q(j) = k / V for every item
+    log_expected = math.log(spec.n_negatives / spec.n_items) if spec.logq else None
+    return sampled_softmax_loss(pos, neg, log_expected)
+
+
+def _gbce(spec: LossSpec, pos: Tensor, neg: Tensor) -> Tensor:
+    return gbce_loss(pos, neg, gbce_beta(spec.n_negatives, spec.n_items, spec.gbce_t))
+
+
+# sampled loss name -> formula over (target scores (M,), negative scores (M, k))
+SAMPLED_LOSSES: dict[str, Callable[[LossSpec, Tensor, Tensor], Tensor]] = {
+    "bce": _bce,
+    "sampled_softmax": _sampled_softmax,
+    "gbce": _gbce,
+}
+LOSSES = ("ce", *SAMPLED_LOSSES)  # every name `train.loss` accepts
+
+
+def item_loss(
+    spec: LossSpec,
+    z: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    targets: torch.Tensor,
+    negatives: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The loss `spec.name` at M target positions with per-position negatives (M, k)."""
+    if spec.name == "ce":
+        return full_cross_entropy(z, weight, bias, targets, bf16=spec.bf16)
+    if spec.name not in SAMPLED_LOSSES:
+        raise ValueError(f"loss {spec.name!r} is unknown; expected one of {', '.join(LOSSES)}")
+    if negatives is None or negatives.shape[-1] == 0:
+        raise ValueError(f"loss {spec.name!r} needs negatives (train.n_negatives >= 1)")
+    if z.shape[0] == 0:
+        return z.sum() * 0.0
+    return SAMPLED_LOSSES[spec.name](spec, *sampled_logits(z, weight, bias, targets, negatives))
+
+
+class ItemModel(Protocol):
     def __call__(self, input_ids: torch.Tensor) -> torch.Tensor: ...  # (B, L) -> (B, L, D)
 
-    def output_features(self, hidden: torch.Tensor) -> torch.Tensor: ...  # (M, D) -> (M, D)
+    def output_features(self, hidden: torch.Tensor) -> torch.Tensor: ...  # (..., D) -> (..., D)
 
-    def output_weights(self) -> tuple[torch.Tensor, torch.Tensor]: ...  # (V, D), (V,)
+    def output_weights(self) -> tuple[torch.Tensor, torch.Tensor | None]: ...  # (V, D), (V,)
 
 
-def cloze_loss(
-    model: MaskedItemModel,
+def model_loss(
+    model: ItemModel,
+    spec: LossSpec,
     inputs: torch.Tensor,
-    masked: torch.Tensor,
+    positions: torch.Tensor,
     targets: torch.Tensor,
-    *,
-    bf16: bool = False,
+    negatives: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """BERT4Rec's Eq. 8: the mean NLL of the masked items. The hidden states of the masked
-    positions are gathered *before* the output layer, so logits are computed for the M masked
-    positions only, not for every position."""
+    """Run the model on `inputs` (B, L) and compute the loss at the `positions` (B, L) bool
+    only (BERT4Rec: the masked items, Eq. 8; SASRec: every non-padding position, §III-E). The
+    hidden states there are gathered *before* the output layer, so the output layer runs for
+    the M target positions only (except with per-sequence negatives, scored at every position
+    by one batched matmul)."""
     hidden = model(inputs)  # (B, L, D)
-    z = model.output_features(hidden[masked])  # (M, D)
     weight, bias = model.output_weights()
-    return full_cross_entropy(z, weight, bias, targets, bf16=bf16)
+    if spec.name != "ce" and spec.negatives_per == "sequence":
+        if negatives is None or spec.name not in SAMPLED_LOSSES:
+            raise ValueError(f"loss {spec.name!r} with per-sequence negatives needs negatives")
+        features = model.output_features(hidden)  # (B, L, D)
+        neg = sequence_negative_logits(features, weight, bias, negatives)[positions]  # (M, k)
+        z = features[positions]  # (M, D)
+        pos = (z * weight[targets - 1]).sum(-1)
+        if bias is not None:
+            pos = pos + bias[targets - 1]
+        return SAMPLED_LOSSES[spec.name](spec, pos.float(), neg)
+    z = model.output_features(hidden[positions])  # (M, D)
+    return item_loss(spec, z, weight, bias, targets, negatives)

@@ -44,4 +44,6 @@ PAPER_ROWS: dict[tuple[str, str], tuple[str, dict[str, float]]] = {
         },
     ),
     ("sasrec", "uni100"): ("SASRec Table III, SASRec, ML-1M", {"hr@10": 0.8245, "ndcg@10": 0.5905}),
+    ("sasrec+ce", "full"): ("SASRec+ (Klenitskiy & Vasilev 2023), ML-1M", {"ndcg@10": 0.1821}),
+    ("sasrec+gbce", "full"): ("gSASRec (Petrov & Macdonald 2023), ML-1M", {"ndcg@10": 0.1726}),
 }

@@ -27,11 +27,11 @@ from tqdm import tqdm
 
 from seqrec import checkpoint as ckpt
 from seqrec.config import RunConfig, parse_duration
-from seqrec.data.batches import ClozeBatch, ClozeSampler
+from seqrec.data.batches import Batch, ClozeSampler, NextItemSampler
 from seqrec.data.prepared import PreparedDataset
 from seqrec.errors import ConfigError
 from seqrec.evaluate import PROTOCOLS, parse_protocols
-from seqrec.losses import cloze_loss
+from seqrec.losses import LossSpec, model_loss
 from seqrec.metrics import metric_names
 from seqrec.provenance import atomic_write, git_commit, machine
 
@@ -41,37 +41,54 @@ __all__ = ["FitResult", "fit", "resolve_device"]
 class Sampler(Protocol):
     def __len__(self) -> int: ...  # batches per epoch
 
-    def epoch(self, epoch: int) -> Iterator[ClozeBatch]: ...
+    def epoch(self, epoch: int) -> Iterator[Batch]: ...
 
 
-LossFn = Callable[[nn.Module, ClozeBatch], torch.Tensor]
-
-
-def _cloze_task(cfg: RunConfig, ds: PreparedDataset) -> tuple[Sampler, LossFn]:
-    sampler = ClozeSampler(
+def _cloze_batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
+    return ClozeSampler(
         ds.split.train,
         max_len=cfg.bert4rec.max_len,
         cfg=cfg.cloze,
         batch_size=cfg.train.batch_size,
         seed=cfg.train.seed,
+        n_negatives=cfg.train.n_negatives if cfg.train.loss != "ce" else 0,
     )
 
-    def loss(model: nn.Module, b: ClozeBatch) -> torch.Tensor:
-        return cloze_loss(
-            model,  # type: ignore[arg-type]
-            b.inputs,
-            b.masked,
-            b.targets,
-            bf16=cfg.train.bf16,
-        )
 
-    return sampler, loss
+def _next_item_batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
+    return NextItemSampler(
+        ds.split.train,
+        max_len=cfg.sasrec.max_len,
+        cfg=cfg.next_item,
+        batch_size=cfg.train.batch_size,
+        seed=cfg.train.seed,
+        n_negatives=cfg.train.n_negatives if cfg.train.loss != "ce" else 0,
+        negatives_per=cfg.train.negatives_per,
+    )
 
 
-# model name -> (training batches, loss) for that model's objective
-TASKS: dict[str, Callable[[RunConfig, PreparedDataset], tuple[Sampler, LossFn]]] = {
-    "bert4rec": _cloze_task,
+# model name -> its training batches (which positions are targets; checkpoint.MODELS builds it)
+TASKS: dict[str, Callable[[RunConfig, PreparedDataset], Sampler]] = {
+    "bert4rec": _cloze_batches,
+    "sasrec": _next_item_batches,
 }
+
+
+def _loss_spec(cfg: RunConfig, n_items: int) -> LossSpec:
+    t = cfg.train
+    if t.loss != "ce" and t.n_negatives < 1:
+        raise ConfigError(f"train.loss = {t.loss!r} needs train.n_negatives >= 1")
+    if t.negatives_per == "sequence" and cfg.model != "sasrec":
+        raise ConfigError('train.negatives_per = "sequence" is for sasrec only')
+    return LossSpec(
+        name=t.loss,
+        n_items=n_items,
+        n_negatives=t.n_negatives,
+        negatives_per=t.negatives_per,
+        gbce_t=t.gbce_t,
+        logq=t.logq,
+        bf16=t.bf16,
+    )
 
 
 def resolve_device(name: str) -> torch.device:
@@ -107,7 +124,7 @@ def _optimizer(model: nn.Module, cfg: RunConfig) -> torch.optim.Optimizer:
 def lr_factor(step: int, warmup: int, progress: float) -> float:
     """Linear warm-up to the peak over `warmup` steps, then linear decay to 0 as `progress`
     (the share of the schedule done, by steps or by the time budget) goes from the end of the
-    warm-up to 1."""
+    warm-up to 1 (progress 0 throughout: a constant rate)."""
     if step < warmup:
         return (step + 1) / warmup
     return max(0.0, 1.0 - progress)
@@ -179,14 +196,17 @@ def fit(
 
     torch.manual_seed(t.seed)  # initial weights
     model = ckpt.build_model(cfg, ds.n_items).to(device)
-    sampler, loss_fn = TASKS[cfg.model](cfg, ds)
+    sampler = TASKS[cfg.model](cfg, ds)
+    spec = _loss_spec(cfg, ds.n_items)
     optimizer = _optimizer(model, cfg)
     total_steps = t.max_epochs * len(sampler)
     if t.decay == "budget" and not t.time_budget:
         raise ConfigError('train.decay = "budget" needs train.time_budget')
 
     def set_lr(step: int, seconds: float) -> float:
-        if t.decay == "budget":
+        if t.decay == "none":
+            progress = 0.0
+        elif t.decay == "budget":
             progress = seconds / budget
         else:  # by steps; the decay starts after the warm-up
             progress = (step - t.warmup_steps) / max(1, total_steps - t.warmup_steps)
@@ -238,11 +258,19 @@ def fit(
         for batch in sampler.epoch(epoch):
             batch = batch.to(device)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=t.bf16):
-                loss = loss_fn(model, batch)
+                loss = model_loss(
+                    model,  # type: ignore[arg-type]
+                    spec,
+                    batch.inputs,
+                    batch.positions,
+                    batch.targets,
+                    batch.negatives,
+                )
             lr = set_lr(step, time.perf_counter() - started)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
+            if t.clip_norm > 0:
+                nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
             optimizer.step()
             step += 1
             loss_sum += float(loss.detach())

@@ -1,6 +1,9 @@
-"""Training batches. BERT4Rec's Cloze task (§3.6): which positions are masked, and what the
-model must predict there. All randomness comes from a generator seeded by (seed, epoch), so an
+"""Training batches: which positions the loss is computed at, what the model must predict there,
+and the negatives of the sampled losses. BERT4Rec's Cloze task (§3.6) and SASRec's shifted
+next-item task (§III-E). All randomness comes from a generator seeded by (seed, epoch), so an
 epoch's batches are the same whether or not the run was interrupted before it.
+
+BERT4Rec (`ClozeSampler`):
 
 A training sample is a window of one user's training sequence (at most N items):
 
@@ -14,7 +17,13 @@ A training sample is a window of one user's training sequence (at most N items):
   training then matches the next-item task). The original code adds one such sample per window
   for every `dupe_factor` = 10 Cloze copies, hence the default 0.1.
 
-Batches group windows of similar length (within a pool of `bucket_batches` batches) and are cut
+SASRec (`NextItemSampler`): each epoch every user's training sequence once, the input
+s_1..s_{T-1} (its last N items) and the target at every position the next item s_2..s_T.
+
+Negatives (`draw_negatives`, for the sampled losses): k per target position, uniform over the
+items that are not in the sequence (SASRec's `random_neq`), so never the target or a history item.
+
+Batches group samples of similar length (within a pool of `bucket_batches` batches) and are cut
 to their longest row, which removes most padding; batch order is shuffled.
 """
 
@@ -28,7 +37,15 @@ import torch
 
 from seqrec.data.preprocess import Sequences, left_pad
 
-__all__ = ["ClozeBatch", "ClozeConfig", "ClozeSampler", "sliding_windows"]
+__all__ = [
+    "Batch",
+    "ClozeConfig",
+    "ClozeSampler",
+    "NextItemConfig",
+    "NextItemSampler",
+    "draw_negatives",
+    "sliding_windows",
+]
 
 
 @dataclass(frozen=True)
@@ -46,18 +63,76 @@ class ClozeConfig:
     bucket_batches: int = 32  # length-grouping pool, in batches; 1 = no grouping
 
 
+@dataclass(frozen=True)
+class NextItemConfig:
+    """SASRec's training samples (§III-E)."""
+
+    # Window step as a share of N for histories longer than N; 0 = only the last N items
+    # (the paper and the original code).
+    sliding_step: float = 0.0
+    bucket_batches: int = 32  # length-grouping pool, in batches; 1 = no grouping
+
+
 @dataclass
-class ClozeBatch:
-    inputs: torch.Tensor  # (B, L) int64, left-padded, masked positions hold [MASK]
-    masked: torch.Tensor  # (B, L) bool: positions the loss is computed at
-    targets: torch.Tensor  # (M,) int64 item ids at the masked positions, row-major order
+class Batch:
+    inputs: torch.Tensor  # (B, L) int64, left-padded (Cloze: masked positions hold [MASK])
+    positions: torch.Tensor  # (B, L) bool: where the loss is computed
+    targets: torch.Tensor  # (M,) int64 item ids to predict at those positions, row-major order
+    # (M, k) int64 sampled negatives per target position, or (B, k) per sequence
+    negatives: torch.Tensor | None = None
 
     @property
     def size(self) -> int:
         return int(self.inputs.shape[0])
 
-    def to(self, device: torch.device | str) -> ClozeBatch:
-        return ClozeBatch(self.inputs.to(device), self.masked.to(device), self.targets.to(device))
+    def to(self, device: torch.device | str) -> Batch:
+        neg = None if self.negatives is None else self.negatives.to(device)
+        return Batch(
+            self.inputs.to(device), self.positions.to(device), self.targets.to(device), neg
+        )
+
+
+def draw_negatives(
+    rng: np.random.Generator,
+    sequences: np.ndarray,
+    rows: np.ndarray,
+    k: int,
+    n_items: int,
+) -> np.ndarray:
+    """k items per target position, uniform over the items absent from that position's sequence.
+
+    sequences (B, W): each sample's items (0 = padding); rows (M,): the sample of each target
+    position. Returns (M, k) in 1..n_items. Rejection sampling, vectorised: draw, redraw the
+    collisions (a sequence holding most of the catalogue would make this slow; ML-1M's longest
+    holds 69 %).
+    """
+    seen = np.zeros((sequences.shape[0], n_items + 1), dtype=bool)
+    seen[np.arange(sequences.shape[0])[:, None], sequences] = True
+    seen[:, 0] = True
+    if seen[np.unique(rows)].all(axis=1).any():
+        raise ValueError("a sequence holds every item: no negative can be drawn for it")
+    out = rng.integers(1, n_items + 1, size=(len(rows), k))
+    bad = seen[rows[:, None], out]
+    while bad.any():
+        out[bad] = rng.integers(1, n_items + 1, size=int(bad.sum()))
+        bad = seen[rows[:, None], out]
+    return out
+
+
+def _length_grouped(
+    lengths: np.ndarray, batch_size: int, bucket_batches: int, rng: np.random.Generator
+) -> list[np.ndarray]:
+    """Sample indices split into batches: shuffled, sorted by length within pools of
+    `bucket_batches` batches (so a batch is cut to little padding), batch order shuffled."""
+    perm = rng.permutation(len(lengths))
+    pool = batch_size * max(1, bucket_batches)
+    batches = []
+    for lo in range(0, len(perm), pool):
+        chunk = perm[lo : lo + pool]
+        if bucket_batches > 1:
+            chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
+        batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
+    return [batches[i] for i in rng.permutation(len(batches))]
 
 
 def sliding_windows(lengths: np.ndarray, max_len: int, step: float) -> tuple[np.ndarray, ...]:
@@ -99,6 +174,7 @@ class ClozeSampler:
         cfg: ClozeConfig | None = None,
         batch_size: int = 256,
         seed: int = 0,
+        n_negatives: int = 0,
     ) -> None:
         self.cfg = cfg = cfg or ClozeConfig()
         if not 0 < cfg.mask_prob <= 1:
@@ -111,6 +187,7 @@ class ClozeSampler:
         self.max_len = max_len
         self.batch_size = batch_size
         self.seed = seed
+        self.n_negatives = n_negatives  # per masked position, absent from the window
         self.mask_id = train.n_items + 1
         lengths = train.lengths
         keep = np.flatnonzero(lengths > 0)
@@ -127,32 +204,20 @@ class ClozeSampler:
         """Batches per epoch."""
         return -(-(self.n_windows + self.n_last) // self.batch_size)
 
-    def epoch(self, epoch: int) -> Iterator[ClozeBatch]:
+    def epoch(self, epoch: int) -> Iterator[Batch]:
         rng = np.random.default_rng([self.seed, epoch])
         n_win = self.n_windows
         # the samples of this epoch: every window as Cloze, n_last windows as mask-last
         last_pick = rng.choice(n_win, size=self.n_last, replace=self.n_last > n_win)
         window = np.concatenate([np.arange(n_win), last_pick])
         mask_last = np.concatenate([np.zeros(n_win, bool), np.ones(self.n_last, bool)])
-        for rows in self._batch_order(window, rng):
-            yield self._make_batch(window[rows], mask_last[rows], rng)
-
-    def _batch_order(self, window: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
-        perm = rng.permutation(len(window))
-        pool = self.batch_size * max(1, self.cfg.bucket_batches)
         lengths = (self.win_end - self.win_start)[window]
-        batches = []
-        for lo in range(0, len(perm), pool):
-            chunk = perm[lo : lo + pool]
-            if self.cfg.bucket_batches > 1:
-                chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
-            step = self.batch_size
-            batches += [chunk[i : i + step] for i in range(0, len(chunk), step)]
-        return [batches[i] for i in rng.permutation(len(batches))]
+        for rows in _length_grouped(lengths, self.batch_size, self.cfg.bucket_batches, rng):
+            yield self._make_batch(window[rows], mask_last[rows], rng)
 
     def _make_batch(
         self, window: np.ndarray, mask_last: np.ndarray, rng: np.random.Generator
-    ) -> ClozeBatch:
+    ) -> Batch:
         starts, ends = self.win_start[window], self.win_end[window]
         lengths = ends - starts
         width = int(lengths.max())
@@ -177,8 +242,82 @@ class ClozeSampler:
             rand_items = rng.integers(1, self.train.n_items + 1, size=items.shape)
             inputs = np.where(cloze & (u >= 0.8) & (u < 0.9), rand_items, inputs)
             inputs = np.where(cloze & (u >= 0.9), items, inputs)
-        return ClozeBatch(
+        negatives = None
+        if self.n_negatives:
+            rows = np.nonzero(masked)[0]
+            negatives = draw_negatives(rng, items, rows, self.n_negatives, self.train.n_items)
+        return Batch(
             inputs=torch.from_numpy(inputs),
-            masked=torch.from_numpy(masked),
+            positions=torch.from_numpy(masked),
             targets=torch.from_numpy(items[masked]),
+            negatives=None if negatives is None else torch.from_numpy(negatives),
+        )
+
+
+class NextItemSampler:
+    """SASRec's shifted next-item batches (§III-E), one pass over the users per epoch."""
+
+    def __init__(
+        self,
+        train: Sequences,
+        *,
+        max_len: int,
+        cfg: NextItemConfig | None = None,
+        batch_size: int = 128,
+        seed: int = 0,
+        n_negatives: int = 1,
+        negatives_per: str = "position",
+    ) -> None:
+        self.cfg = cfg = cfg or NextItemConfig()
+        if negatives_per not in ("position", "sequence"):
+            raise ValueError(f"negatives_per must be position or sequence, got {negatives_per!r}")
+        self.negatives_per = negatives_per
+        self.train = train
+        self.max_len = max_len
+        self.batch_size = batch_size
+        self.seed = seed
+        self.n_negatives = n_negatives  # per position, absent from the user's training sequence
+        # a sample needs one (input, target) pair: windows over the T - 1 pairs of each user
+        lengths = train.lengths
+        keep = np.flatnonzero(lengths >= 2)
+        row, start, end = sliding_windows(lengths[keep] - 1, max_len, cfg.sliding_step)
+        base = train.offsets[keep[row]]
+        self.win_start, self.win_end = base + start, base + end  # inputs; targets one later
+        self.user_start = train.offsets[keep[row]]  # the whole sequence, for the negatives
+        self.user_end = train.offsets[keep[row] + 1]
+
+    @property
+    def n_windows(self) -> int:
+        return len(self.win_start)
+
+    def __len__(self) -> int:
+        """Batches per epoch."""
+        return -(-self.n_windows // self.batch_size)
+
+    def epoch(self, epoch: int) -> Iterator[Batch]:
+        rng = np.random.default_rng([self.seed, epoch])
+        lengths = self.win_end - self.win_start
+        for rows in _length_grouped(lengths, self.batch_size, self.cfg.bucket_batches, rng):
+            yield self._make_batch(rows, rng)
+
+    def _make_batch(self, window: np.ndarray, rng: np.random.Generator) -> Batch:
+        starts, ends = self.win_start[window], self.win_end[window]
+        width = int((ends - starts).max())
+        inputs = left_pad(self.train.items, starts, ends, width)  # (B, L) s_1..s_{T-1}
+        targets = left_pad(self.train.items, starts + 1, ends + 1, width)  # (B, L) s_2..s_T
+        positions = targets != 0
+        negatives = None
+        if self.n_negatives:
+            u_start, u_end = self.user_start[window], self.user_end[window]
+            seen = left_pad(self.train.items, u_start, u_end, int((u_end - u_start).max()))
+            if self.negatives_per == "sequence":
+                rows = np.arange(len(window))  # (B, k): shared by the sequence's positions
+            else:
+                rows = np.nonzero(positions)[0]  # (M, k)
+            negatives = draw_negatives(rng, seen, rows, self.n_negatives, self.train.n_items)
+        return Batch(
+            inputs=torch.from_numpy(inputs),
+            positions=torch.from_numpy(positions),
+            targets=torch.from_numpy(targets[positions]),
+            negatives=None if negatives is None else torch.from_numpy(negatives),
         )

@@ -1,0 +1,191 @@
+"""SASRec (Kang & McAuley, ICDM 2018), read top to bottom: config, blocks, model.
+
+Ids: 0 = padding (its embedding is the zero vector, §III-A), 1..n_items = items. Inputs are
+left-padded (most recent item last) and positions are counted from the end, as the original code
+does with its fixed-width left-padded windows: a batch cropped to its longest row computes
+exactly what the full N-wide batch would.
+
+Where the original TensorFlow code differs from the paper's text, the default follows the code
+(it produced the published numbers) and an option gives the text; each difference is marked
+"original code" beside its line.
+
+The model is architecture only: no loss, no device logic. Targets and negatives are decided in
+`seqrec.data.batches`, the loss formula in `seqrec.losses`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["SASRec", "SASRecConfig"]
+
+
+@dataclass(frozen=True)
+class SASRecConfig:
+    """Architecture (§III, §IV-C). Defaults: the paper's ML-1M setting, the original code where
+    the paper is silent or differs."""
+
+    max_len: int = 200  # n (§IV-C: 200 for ML-1M, 50 for the sparser datasets)
+    d_model: int = 50  # d
+    n_layers: int = 2  # b, self-attention blocks
+    n_heads: int = 1  # the paper uses one head; the original code supports several
+    dropout: float = 0.2  # §IV-C: 0.2 for ML-1M, 0.5 for the sparse datasets
+    # Dropout on the attention weights. The original code applies `dropout` there; any value
+    # > 0 forces PyTorch's unfused attention path (~5x slower attention on CPU).
+    attn_dropout: float = 0.2
+    # original code: item embeddings are multiplied by sqrt(d) before the positional embedding
+    # is added; the paper's Eq. 1 adds them unscaled.
+    scale_embedding: bool = True
+    # original code: a LayerNorm on the output of the last block; the paper has none.
+    final_norm: bool = True
+    # "original": Q = LN(x), K = V = x (keys and values from the un-normalised input), and the
+    #   residual adds the normalised input: x = LN(x) + SA(LN(x), x); x = LN(x) + FFN(LN(x)),
+    #   with dropout inside the FFN (after the ReLU and after the second layer).
+    # "paper": g(x) = x + Dropout(g(LayerNorm(x))) for both sub-layers (§III-C).
+    block: Literal["original", "paper"] = "original"
+
+
+class CausalSelfAttention(nn.Module):
+    """Eq. 2 with the causality mask of §III-B: position t attends to positions <= t that hold
+    an item. The original code has no output projection after the heads; neither has this."""
+
+    def __init__(self, cfg: SASRecConfig) -> None:
+        super().__init__()
+        if cfg.d_model % cfg.n_heads:
+            raise ValueError(f"d_model {cfg.d_model} is not divisible by n_heads {cfg.n_heads}")
+        self.n_heads = cfg.n_heads
+        self.q = nn.Linear(cfg.d_model, cfg.d_model)  # W^Q
+        self.kv = nn.Linear(cfg.d_model, 2 * cfg.d_model)  # W^K, W^V
+        self.attn_dropout = cfg.attn_dropout
+
+    def forward(
+        self, queries: torch.Tensor, keys: torch.Tensor, keep: torch.Tensor
+    ) -> torch.Tensor:
+        B, L, D = queries.shape
+        h = self.n_heads
+        q = self.q(queries).view(B, L, h, D // h).transpose(1, 2)  # (B, h, L, D/h)
+        k, v = self.kv(keys).view(B, L, 2, h, D // h).permute(2, 0, 3, 1, 4)  # (B, h, L, D/h)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=keep, dropout_p=self.attn_dropout if self.training else 0.0
+        )  # (B, h, L, D/h)
+        return y.transpose(1, 2).reshape(B, L, D)
+
+
+class FeedForward(nn.Module):
+    """Eq. 4: ReLU(S W1 + b1) W2 + b2, d -> d -> d."""
+
+    def __init__(self, cfg: SASRecConfig, inner_dropout: float) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(cfg.d_model, cfg.d_model)
+        self.fc2 = nn.Linear(cfg.d_model, cfg.d_model)
+        self.dropout = nn.Dropout(inner_dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.dropout(F.relu(self.fc1(x))))
+
+
+class Block(nn.Module):
+    """A self-attention block (§III-B/C): pre-LN attention, then pre-LN feed-forward."""
+
+    def __init__(self, cfg: SASRecConfig) -> None:
+        super().__init__()
+        self.original = cfg.block == "original"
+        self.ln1 = nn.LayerNorm(cfg.d_model, eps=1e-8)  # the original code's epsilon
+        self.attn = CausalSelfAttention(cfg)
+        self.ln2 = nn.LayerNorm(cfg.d_model, eps=1e-8)
+        self.ffn = FeedForward(cfg, cfg.dropout if self.original else 0.0)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        if self.original:
+            q = self.ln1(x)
+            x = q + self.attn(q, x, keep)  # original code: keys from x, residual from LN(x)
+            f = self.ln2(x)
+            return f + self.dropout(self.ffn(f))  # original code: residual from LN(x)
+        a = self.ln1(x)
+        x = x + self.dropout(self.attn(a, a, keep))
+        return x + self.dropout(self.ffn(self.ln2(x)))
+
+
+class SASRec(nn.Module):
+    def __init__(self, n_items: int, cfg: SASRecConfig | None = None) -> None:
+        super().__init__()
+        self.cfg = cfg = cfg or SASRecConfig()
+        self.n_items = n_items
+        # M: rows 0 (padding, kept at zero) and 1..n; shared with the prediction layer (§III-D)
+        self.item_emb = nn.Embedding(n_items + 1, cfg.d_model, padding_idx=0)
+        self.pos_emb = nn.Embedding(cfg.max_len, cfg.d_model)  # P (n x d), learnable
+        self.dropout = nn.Dropout(cfg.dropout)  # on the input embedding (§III-C "Dropout")
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.final_norm = nn.LayerNorm(cfg.d_model, eps=1e-8) if cfg.final_norm else None
+        self.apply(self._init)
+
+    @staticmethod
+    def _init(module: nn.Module) -> None:
+        # Glorot-uniform weights and zero biases: TensorFlow's defaults, which the original
+        # code's embedding and dense layers use.
+        if isinstance(module, nn.Linear | nn.Embedding):
+            nn.init.xavier_uniform_(module.weight)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+        if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+            with torch.no_grad():
+                module.weight[module.padding_idx].zero_()
+
+    @property
+    def max_len(self) -> int:
+        """Histories the scorer reads: the last n items."""
+        return self.cfg.max_len
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """input_ids (B, L) left-padded, L <= n -> hidden states F (B, L, D); F_t depends on
+        s_1..s_t only."""
+        B, L = input_ids.shape
+        if self.cfg.max_len < L:
+            raise ValueError(f"input length {L} exceeds max_len {self.cfg.max_len}")
+        positions = torch.arange(self.cfg.max_len - L, self.cfg.max_len, device=input_ids.device)
+        e = self.item_emb(input_ids)  # (B, L, D)
+        if self.cfg.scale_embedding:
+            e = e * math.sqrt(self.cfg.d_model)  # original code
+        real = input_ids != 0  # (B, L)
+        x = self.dropout(e + self.pos_emb(positions)) * real[..., None]  # padding stays zero
+        # Position t may attend to s <= t holding an item; a padding row attends to itself
+        # only (it needs one key; its output is never read).
+        causal = torch.ones(L, L, dtype=torch.bool, device=input_ids.device).tril()
+        diagonal = torch.eye(L, dtype=torch.bool, device=input_ids.device)
+        keep = (causal & (real[:, None, :] | diagonal))[:, None]  # (B, 1, L, L)
+        for layer in self.layers:
+            x = layer(x, keep)
+        if self.final_norm is not None:
+            x = self.final_norm(x)  # original code
+        return x
+
+    def item_embeddings(self) -> torch.Tensor:
+        """(n_items, D): the rows of M for items 1..n."""
+        return self.item_emb.weight[1:]
+
+    def output_features(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The prediction layer reads F_t as it is: r_{i,t} = F_t M_i^T (§III-D)."""
+        return hidden
+
+    def output_weights(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The prediction layer's (n_items, D) weights, shared with the input embedding; no
+        bias."""
+        return self.item_embeddings(), None
+
+    def user_vector(self, histories: torch.Tensor) -> torch.Tensor:
+        """histories (B, L) left-padded -> (B, D): F at the last position (§III-D)."""
+        return self.forward(histories[:, -self.max_len :])[:, -1]
+
+    @torch.no_grad()
+    def score(self, histories: torch.Tensor) -> torch.Tensor:
+        """The `Scorer` interface: (B, L) histories -> (B, n_items + 1); column 0 is -inf."""
+        scores = self.user_vector(histories) @ self.item_embeddings().T  # (B, n_items)
+        pad = torch.full_like(scores[:, :1], -math.inf)
+        return torch.cat([pad, scores], dim=1)
