@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from seqrec.data.batches import ClozeConfig, ClozeSampler, sliding_windows
+from seqrec.data.batches import (
+    ClozeConfig,
+    ClozeSampler,
+    NextItemConfig,
+    NextItemSampler,
+    draw_negatives,
+    sliding_windows,
+)
 from seqrec.data.preprocess import Sequences
 
 
@@ -37,7 +44,7 @@ def _rows(sampler: ClozeSampler, epoch: int = 0) -> list[tuple[np.ndarray, np.nd
     out = []
     for b in sampler.epoch(epoch):
         flat_targets = iter(b.targets.tolist())
-        for inputs, masked in zip(b.inputs.numpy(), b.masked.numpy(), strict=True):
+        for inputs, masked in zip(b.inputs.numpy(), b.positions.numpy(), strict=True):
             real = (inputs != 0) | masked
             items = inputs.copy()
             items[masked] = [next(flat_targets) for _ in range(int(masked.sum()))]
@@ -60,7 +67,7 @@ def test_cloze_masks_round_rho_times_length_items() -> None:
     )
     # the inputs hold [MASK] exactly at the masked positions
     for b in sampler.epoch(0):
-        assert (b.inputs[b.masked] == 101).all() and (b.inputs[~b.masked] != 101).all()
+        assert (b.inputs[b.positions] == 101).all() and (b.inputs[~b.positions] != 101).all()
 
 
 def test_targets_are_the_original_items() -> None:
@@ -87,9 +94,9 @@ def test_fresh_masks_each_epoch_and_seeded() -> None:
     seqs = _seqs()
     a = ClozeSampler(seqs, max_len=50, batch_size=16, seed=1)
     b = ClozeSampler(seqs, max_len=50, batch_size=16, seed=1)
-    e0 = [x.masked for x in a.epoch(0)]
-    assert all(torch.equal(x, y.masked) for x, y in zip(e0, b.epoch(0), strict=True))
-    e1 = [x.masked for x in a.epoch(1)]
+    e0 = [x.positions for x in a.epoch(0)]
+    assert all(torch.equal(x, y.positions) for x, y in zip(e0, b.epoch(0), strict=True))
+    e1 = [x.positions for x in a.epoch(1)]
     assert not all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(e0, e1, strict=True))
 
 
@@ -98,8 +105,8 @@ def test_random_replace_option() -> None:
     cfg = ClozeConfig(mask_prob=0.5, max_predictions=100, random_replace=True, last_item_ratio=0)
     sampler = ClozeSampler(seqs, max_len=80, cfg=cfg, batch_size=256, seed=0)
     (b,) = list(sampler.epoch(0))
-    assert int(b.masked.sum()) > 2000
-    at_masked = b.inputs[b.masked]
+    assert int(b.positions.sum()) > 2000
+    at_masked = b.inputs[b.positions]
     share_mask = float((at_masked == 101).float().mean())
     share_kept = float((at_masked == b.targets).float().mean())
     assert 0.77 < share_mask < 0.83 and 0.08 < share_kept < 0.13  # 80 % / 10 % (+ chance)
@@ -108,3 +115,81 @@ def test_random_replace_option() -> None:
 def test_bad_settings_are_errors() -> None:
     with pytest.raises(ValueError, match="mask_prob"):
         ClozeSampler(_seqs(), max_len=50, cfg=ClozeConfig(mask_prob=0.0))
+
+
+# ------------------------------------------------------------------ SASRec's next-item batches
+
+
+def test_next_item_batches_shift_by_one_hand_computed() -> None:
+    # user 0: 5 3 8 -> inputs 5 3, targets 3 8; user 1 (one item) gives no sample;
+    # user 2: 1 2 3 4 5 6 with n = 3 -> the last 3 pairs: inputs 3 4 5, targets 4 5 6
+    seqs = Sequences.from_lists([[5, 3, 8], [7], [1, 2, 3, 4, 5, 6]], n_items=9)
+    sampler = NextItemSampler(seqs, max_len=3, batch_size=8, seed=0, n_negatives=0)
+    (b,) = list(sampler.epoch(0))
+    got = sorted(
+        (tuple(i.tolist()), tuple(t.tolist()))
+        for i, t in zip(b.inputs, torch.where(b.positions, _scatter(b), 0), strict=True)
+    )
+    assert got == [((0, 5, 3), (0, 3, 8)), ((3, 4, 5), (4, 5, 6))]
+    assert b.negatives is None and len(sampler) == 1
+
+
+def _scatter(b) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    """The targets back in their (B, L) positions."""
+    out = torch.zeros_like(b.inputs)
+    out[b.positions] = b.targets
+    return out
+
+
+def test_next_item_sliding_windows_cover_long_histories() -> None:
+    seqs = Sequences.from_lists([list(range(1, 11))], n_items=10)  # 9 (input, target) pairs
+    cfg = NextItemConfig(sliding_step=0.5)
+    sampler = NextItemSampler(seqs, max_len=4, cfg=cfg, batch_size=8, seed=0, n_negatives=0)
+    (b,) = list(sampler.epoch(0))
+    # windows over the pairs: starts 5, 3, 1 and 0 (stride 2)
+    assert sorted(tuple(r.tolist()) for r in b.inputs) == [
+        (1, 2, 3, 4),
+        (2, 3, 4, 5),
+        (4, 5, 6, 7),
+        (6, 7, 8, 9),
+    ]
+
+
+@pytest.mark.parametrize("per", ["position", "sequence"])
+def test_negatives_never_hit_the_sequence_and_are_seeded(per: str) -> None:
+    # user u holds items from its own block 10u+1..10u+10 (with repeats), so any input item
+    # tells whose sequence a sample is; the catalogue is 1..100
+    rng = np.random.default_rng(2)
+    lists = [
+        list(rng.integers(10 * u + 1, 10 * u + 11, size=int(rng.integers(2, 40))))
+        for u in range(10)
+    ]
+    seqs = Sequences.from_lists(lists, n_items=100)
+
+    def batches() -> list:  # type: ignore[type-arg]
+        s = NextItemSampler(
+            seqs, max_len=30, batch_size=4, seed=5, n_negatives=7, negatives_per=per
+        )
+        return list(s.epoch(0))
+
+    a, b = batches(), batches()
+    assert all(torch.equal(x.negatives, y.negatives) for x, y in zip(a, b, strict=True))
+    for batch in a:
+        n_rows = int(batch.positions.sum()) if per == "position" else batch.size
+        assert batch.negatives.shape == (n_rows, 7)
+        rows = (
+            torch.nonzero(batch.positions)[:, 0] if per == "position" else torch.arange(batch.size)
+        )
+        user = (batch.inputs[:, -1] - 1) // 10  # (B,) whose sequence each sample is
+        for r, negs in zip(rows.tolist(), batch.negatives.tolist(), strict=True):
+            assert all(1 <= n <= 100 for n in negs)
+            assert not set(negs) & set(lists[int(user[r])])  # never an item of the sequence
+
+
+def test_draw_negatives_hand_checked() -> None:
+    # catalogue 1..4; row 0 holds 1 2 3 -> its only possible negative is 4
+    rng = np.random.default_rng(0)
+    out = draw_negatives(rng, np.array([[1, 2, 3], [0, 0, 4]]), np.array([0, 0, 1]), 5, 4)
+    assert (out[:2] == 4).all() and set(out[2].tolist()) <= {1, 2, 3}
+    with pytest.raises(ValueError, match="every item"):
+        draw_negatives(rng, np.array([[1, 2, 3, 4]]), np.array([0]), 1, 4)

@@ -156,3 +156,37 @@ def test_evaluate_rejects_a_run_on_other_items(
     )
     assert main(["evaluate", str(run), "--data", str(other), "--quiet"]) == 2
     assert "trained on other items" in capsys.readouterr().err
+
+
+def test_train_sasrec_with_each_loss_then_compare(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = _log(tmp_path)
+    tiny = ["--set", "sasrec.max_len=16", "--set", "sasrec.d_model=16", "--set"]
+    runs = []
+    for loss in ("bce", "ce"):
+        run = tmp_path / f"sasrec-{loss}"
+        argv = ["train", "sasrec", "--data", str(src), "--out", str(run), "--quiet", *tiny]
+        assert main([*argv, "train.max_epochs=2", "--set", f'train.loss="{loss}"']) == 0
+        assert "| sasrec full |" in capsys.readouterr().out
+        cfg = json.loads((run / "config.json").read_text())
+        assert cfg["model"] == "sasrec" and cfg["train"]["loss"] == loss
+        assert cfg["train"]["lr"] == 1e-3 and cfg["train"]["beta2"] == 0.98  # SASRec's recipe
+        runs.append(str(run))
+    assert main(["compare", *runs, "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    names = ["sasrec-bce", "sasrec-ce"]
+    assert res["split"] == "test" and list(res["metrics"]) == names
+    assert list(res["paired_tests"]) == ["sasrec-ce"]  # each run against the first
+    t = res["paired_tests"]["sasrec-ce"]["full"]
+    assert t["n_users"] == 80 and 0.0 <= t["t_pvalue"] <= 1.0
+    ndcg = [res["metrics"][n]["full"]["ndcg@10"] for n in names]
+    assert (t["metric_a"], t["metric_b"]) == pytest.approx(ndcg)
+    assert t["diff"] == pytest.approx(ndcg[0] - ndcg[1])
+    assert main(["compare", *runs]) == 0  # the Markdown tables
+    out = capsys.readouterr().out
+    assert "| full | ndcg@10 |" in out and "| sasrec-ce | pop100 |" in out
+    assert main(["compare", runs[0]]) == 2
+    assert "at least two" in capsys.readouterr().err
+    assert main(["compare", runs[0], runs[0]]) == 2
+    assert "twice" in capsys.readouterr().err

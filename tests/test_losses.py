@@ -8,7 +8,17 @@ import pytest
 import torch
 
 from seqrec import losses
-from seqrec.losses import cloze_loss, full_cross_entropy, reference_cross_entropy
+from seqrec.losses import (
+    LossSpec,
+    bce_loss,
+    full_cross_entropy,
+    gbce_beta,
+    gbce_loss,
+    item_loss,
+    model_loss,
+    reference_cross_entropy,
+    sampled_softmax_loss,
+)
 
 
 def test_cross_entropy_hand_computed() -> None:
@@ -59,12 +69,94 @@ class _Probe(torch.nn.Module):
         return self.w, self.b
 
 
-def test_cloze_loss_sees_only_masked_positions() -> None:
+@pytest.mark.parametrize("name", ["ce", "bce", "gbce"])
+def test_the_loss_sees_only_its_positions(name: str) -> None:
     torch.manual_seed(0)
     hidden = torch.randn(2, 5, 4, requires_grad=True)
     masked = torch.tensor([[0, 1, 0, 0, 1], [0, 0, 0, 1, 0]], dtype=torch.bool)
     inputs = torch.ones(2, 5, dtype=torch.long)
-    loss = cloze_loss(_Probe(hidden, 7), inputs, masked, torch.tensor([3, 4, 7]))
+    spec = LossSpec(name=name, n_items=7, n_negatives=2)
+    negatives = torch.tensor([[1, 2], [5, 6], [1, 1]])
+    loss = model_loss(_Probe(hidden, 7), spec, inputs, masked, torch.tensor([3, 4, 7]), negatives)
     (grad,) = torch.autograd.grad(loss, hidden)
     touched = grad.abs().sum(-1) > 0
     assert torch.equal(touched, masked)
+
+
+# ------------------------------------------------------------- the sampled losses, naively
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def test_bce_hand_computed() -> None:
+    # SASRec §III-E at two positions: -log σ(r+) - Σ log(1 - σ(r-)), averaged over positions
+    pos = torch.tensor([2.0, -1.0])
+    neg = torch.tensor([[0.5, -3.0], [1.0, 0.0]])
+    naive = [
+        -math.log(_sigmoid(2.0)) - math.log(1 - _sigmoid(0.5)) - math.log(1 - _sigmoid(-3.0)),
+        -math.log(_sigmoid(-1.0)) - math.log(1 - _sigmoid(1.0)) - math.log(1 - _sigmoid(0.0)),
+    ]
+    assert float(bce_loss(pos, neg)) == pytest.approx(sum(naive) / 2, rel=1e-6)
+    # stable far in the tails, where log(sigmoid) in floating point would give inf
+    assert math.isfinite(float(bce_loss(torch.tensor([-200.0]), torch.tensor([[200.0]]))))
+
+
+def test_sampled_softmax_hand_computed_and_logq() -> None:
+    pos = torch.tensor([1.0])
+    neg = torch.tensor([[0.0, 2.0]])
+    naive = -math.log(math.e / (math.e + 1 + math.e**2))
+    assert float(sampled_softmax_loss(pos, neg)) == pytest.approx(naive, rel=1e-6)
+    # logQ: k = 2 uniform negatives of V = 20 items, log(k q) = log(0.1): each negative counts
+    # as V / k = 10 items of the full softmax
+    corrected = -math.log(math.e / (math.e + 10 * (1 + math.e**2)))
+    got = sampled_softmax_loss(pos, neg, math.log(2 / 20))
+    assert float(got) == pytest.approx(corrected, rel=1e-6)
+
+
+def test_gbce_hand_computed() -> None:
+    # α = k / (|I| - 1) = 4 / 100; β = α (t (1 - 1/α) + 1/α); t = 0 is BCE, t = 1 gives β = α
+    assert gbce_beta(4, 101, 0.0) == pytest.approx(1.0)
+    assert gbce_beta(4, 101, 1.0) == pytest.approx(0.04)
+    beta = gbce_beta(4, 101, 0.75)
+    assert beta == pytest.approx(0.04 * (0.75 * (1 - 25) + 25))  # 0.28
+    pos, neg = torch.tensor([0.3]), torch.tensor([[-1.0, 0.5, 0.0, 2.0]])
+    naive = -math.log(_sigmoid(0.3) ** beta) - sum(
+        math.log(1 - _sigmoid(x)) for x in (-1.0, 0.5, 0.0, 2.0)
+    )
+    assert float(gbce_loss(pos, neg, beta)) == pytest.approx(naive, rel=1e-6)
+    assert float(gbce_loss(pos, neg, 1.0)) == pytest.approx(float(bce_loss(pos, neg)))
+
+
+def test_item_loss_scores_against_the_embedding_naively() -> None:
+    g = torch.Generator().manual_seed(0)
+    z, w = torch.randn(3, 4, generator=g), torch.randn(6, 4, generator=g)
+    targets, negatives = torch.tensor([1, 4, 6]), torch.tensor([[2, 3], [5, 1], [2, 2]])
+    spec = LossSpec(name="bce", n_items=6, n_negatives=2)
+    pos = torch.stack([z[m] @ w[targets[m] - 1] for m in range(3)])
+    neg = torch.stack([torch.stack([z[m] @ w[j - 1] for j in negatives[m]]) for m in range(3)])
+    want = bce_loss(pos, neg)
+    assert float(item_loss(spec, z, w, None, targets, negatives)) == pytest.approx(float(want))
+    assert float(item_loss(LossSpec("ce", 6), z, w, None, targets)) == pytest.approx(
+        float(reference_cross_entropy(z, w, None, targets)), rel=1e-6
+    )
+    with pytest.raises(ValueError, match="needs negatives"):
+        item_loss(spec, z, w, None, targets, None)
+
+
+@pytest.mark.parametrize("name", ["bce", "sampled_softmax", "gbce"])
+def test_per_sequence_negatives_equal_the_same_negatives_per_position(name: str) -> None:
+    torch.manual_seed(1)
+    hidden = torch.randn(2, 4, 3, requires_grad=True)
+    positions = torch.tensor([[0, 1, 1, 1], [0, 0, 1, 1]], dtype=torch.bool)
+    targets = torch.tensor([1, 2, 3, 4, 5])
+    per_seq = torch.tensor([[6, 7], [8, 6]])
+    rows = torch.nonzero(positions)[:, 0]
+    probe = _Probe(hidden, 9)
+    inputs = torch.ones(2, 4, dtype=torch.long)
+    seq_spec = LossSpec(name, n_items=9, n_negatives=2, negatives_per="sequence", logq=True)
+    pos_spec = LossSpec(name, n_items=9, n_negatives=2, negatives_per="position", logq=True)
+    a = model_loss(probe, seq_spec, inputs, positions, targets, per_seq)
+    b = model_loss(probe, pos_spec, inputs, positions, targets, per_seq[rows])
+    assert float(a.detach()) == pytest.approx(float(b.detach()), rel=1e-6)

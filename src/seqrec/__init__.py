@@ -1,16 +1,24 @@
 """seqrec: sequential recommendation (BERT4Rec, SASRec) reproduced honestly, fast on a CPU."""
 
 from seqrec.checkpoint import Run, load_run
-from seqrec.config import DataConfig, EvalConfig, RunConfig, TrainConfig, load_config
+from seqrec.config import (
+    DataConfig,
+    EvalConfig,
+    RunConfig,
+    TrainConfig,
+    default_config,
+    load_config,
+)
 from seqrec.data.io import read_interactions
 from seqrec.data.prepared import PreparedDataset, load_prepared, prepare, prepare_frame
 from seqrec.data.preprocess import Sequences, dataset_stats, preprocess
 from seqrec.data.split import LeaveOneOut, leave_one_out
 from seqrec.errors import ConfigError, DataError, DownloadError, SeqrecError
-from seqrec.evaluate import PROTOCOLS, EvalReport, Scorer, evaluate
+from seqrec.evaluate import PROTOCOLS, EvalReport, Scorer, compare_reports, evaluate
 from seqrec.metrics import paired_test, summarize
 from seqrec.models.baselines import Popularity
 from seqrec.models.bert4rec import BERT4Rec, BERT4RecConfig
+from seqrec.models.sasrec import SASRec, SASRecConfig
 from seqrec.train import FitResult, fit
 
 __version__ = "0.1.0"
@@ -31,12 +39,16 @@ __all__ = [
     "PreparedDataset",
     "Run",
     "RunConfig",
+    "SASRec",
+    "SASRecConfig",
     "Scorer",
     "SeqrecError",
     "Sequences",
     "TrainConfig",
     "__version__",
+    "compare_reports",
     "dataset_stats",
+    "default_config",
     "evaluate",
     "fit",
     "leave_one_out",

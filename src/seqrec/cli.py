@@ -11,14 +11,21 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from seqrec.checkpoint import load_run, read_config
+from seqrec.checkpoint import MODELS, load_run, read_config
 from seqrec.config import RunConfig, load_config
 from seqrec.data import download
-from seqrec.data.prepared import PreparedDataset, prepare, prepare_frame
+from seqrec.data.prepared import PreparedDataset, load_prepared, prepare, prepare_frame
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import ConfigError, DownloadError, SeqrecError
-from seqrec.evaluate import EvalReport, Scorer, load_ranks, parse_protocols, save_ranks
-from seqrec.metrics import paired_test
+from seqrec.evaluate import (
+    EvalReport,
+    Scorer,
+    compare_reports,
+    load_ranks,
+    parse_protocols,
+    save_ranks,
+)
+from seqrec.metrics import metric_names, paired_test
 from seqrec.models.baselines import Popularity
 from seqrec.report import metrics_table, stats_table
 from seqrec.train import fit, resolve_device
@@ -231,6 +238,69 @@ def cmd_significance(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Evaluate two or more runs on the same split and print their metrics side by side under
+    every protocol, with the paired tests of each run against the first."""
+    if len(args.runs) < 2:
+        raise SeqrecError("compare needs at least two run directories")
+    if len({Path(d).resolve() for d in args.runs}) < len(args.runs):
+        raise SeqrecError("compare: a run directory is given twice")
+    runs = [load_run(d, device=str(resolve_device("auto"))) for d in args.runs]
+    names = [Path(d).resolve().name for d in args.runs]
+    if len(set(names)) < len(names):  # same folder names in different places
+        names = [str(d) for d in args.runs]
+    if args.data:
+        ds = prepare(args.data, data_cfg=runs[0].config.data, eval_cfg=runs[0].config.eval)
+    else:  # the prepared dataset the first run was trained on
+        prepared = runs[0].source.get("prepared")
+        if not prepared or not Path(prepared).exists():
+            raise ConfigError(f"{args.runs[0]}: its prepared data is gone; pass --data")
+        ds = load_prepared(prepared)
+    for name, run in zip(names, runs, strict=True):
+        if list(run.item_ids) != list(ds.item_ids):
+            raise ConfigError(f"{name}: trained on other items than {ds.path}")
+    protocols = parse_protocols(args.protocol or runs[0].config.eval.protocols)
+    ks = [int(k) for k in args.k.split(",")] if args.k else list(runs[0].config.eval.ks)
+    if args.metric not in metric_names(ks):
+        raise ConfigError(f"--metric {args.metric!r} is not one of {', '.join(metric_names(ks))}")
+    device = str(resolve_device("auto"))
+    reports = {
+        name: ds.evaluate(
+            _as_scorer(run.model), args.split, protocols=protocols, ks=ks, device=device
+        )
+        for name, run in zip(names, runs, strict=True)
+    }
+    tests = compare_reports(reports, args.metric)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "split": args.split,
+                    "metrics": {n: r.metrics for n, r in reports.items()},
+                    "paired_tests": tests,
+                }
+            )
+        )
+        return 0
+    print(f"{args.split} split of {ds.name} ({len(reports[names[0]].users):,} users)\n")
+    print("| protocol | metric | " + " | ".join(names) + " |")
+    print("|---|---|" + "---|" * len(names))
+    for p in protocols:
+        for m in metric_names(ks):
+            cells = [f"{reports[n].metrics[p][m]:.4f}" for n in names]
+            print(f"| {p} | {m} | " + " | ".join(cells) + " |")
+    print(f"\nPaired tests on per-user {args.metric}, each run against {names[0]}:\n")
+    print("| run | protocol | diff | t-test p | Wilcoxon p |")
+    print("|---|---|---|---|---|")
+    for n, by_protocol in tests.items():
+        for p, r in by_protocol.items():
+            print(
+                f"| {n} | {p} | {r['diff']:+.4f} | {r['t_pvalue']:.3g} "
+                f"| {r['wilcoxon_pvalue']:.3g} |"
+            )
+    return 0
+
+
 def _find_ml1m() -> tuple[str | None, str]:
     """The main job's data: the papers' ML-1M file from $SEQREC_DATA_DIR, else the cache or a
     download of the official ML-1M; (None, reason) when none is reachable."""
@@ -327,7 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_stats)
 
     p = sub.add_parser("train", help="train a model; the run directory gets everything")
-    p.add_argument("model", choices=["bert4rec"])
+    p.add_argument("model", choices=list(MODELS))
     _add_data_flags(p, out_help="the run directory (created; must be new unless --resume)")
     p.add_argument("--time-budget", metavar="DURATION", help="wall clock for training: 20m, 1h")
     p.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
@@ -351,6 +421,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--protocol", default="full")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_significance)
+
+    p = sub.add_parser("compare", help="runs side by side, every protocol, paired tests")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="two or more run directories")
+    p.add_argument("--data", help="the dataset (default: the first run's prepared data)")
+    p.add_argument("--split", choices=["test", "valid"], default="test")
+    p.add_argument("--protocol", help="comma-separated: full,uni100,pop100 (default: all)")
+    p.add_argument("--k", help="comma-separated cut-offs (default 1,5,10)")
+    p.add_argument("--metric", default="ndcg@10", help="per-user metric of the paired tests")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser(
         "quickstart", help="the main job: prepare ML-1M, evaluate POP, train BERT4Rec briefly"

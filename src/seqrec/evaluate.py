@@ -30,9 +30,10 @@ from tqdm import tqdm
 
 from seqrec.data.preprocess import Sequences, left_pad
 from seqrec.data.split import EvalSet
-from seqrec.metrics import DEFAULT_KS, summarize
+from seqrec.metrics import DEFAULT_KS, paired_test, summarize
 
 __all__ = [
+    "compare_reports",
     "PROTOCOLS",
     "SAMPLED_PROTOCOLS",
     "EvalReport",
@@ -251,3 +252,26 @@ def load_ranks(path: Path) -> dict[str, np.ndarray]:
     return {
         c.removeprefix("rank_"): table[c].to_numpy() for c in table.columns if c.startswith("rank_")
     }
+
+
+def compare_reports(
+    reports: Mapping[str, EvalReport], metric: str = "ndcg@10"
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Each report against the first one, user by user: {name: {protocol: paired_test(first,
+    name)}} for every other report and every protocol both hold. The reports must rank the same
+    users of the same split."""
+    names = list(reports)
+    if len(names) < 2:
+        raise ValueError("compare needs at least two results")
+    base = reports[names[0]]
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for name in names[1:]:
+        other = reports[name]
+        if other.split != base.split or not np.array_equal(other.users, base.users):
+            raise ValueError(f"{name}: not evaluated on the same users as {names[0]}")
+        out[name] = {
+            p: paired_test(base.ranks[p], other.ranks[p], metric)
+            for p in base.ranks
+            if p in other.ranks
+        }
+    return out
