@@ -19,3 +19,36 @@ def shared_data() -> Path:
     if not root or not Path(root).is_dir():
         pytest.skip("SEQREC_DATA_DIR not set: real-data checks skipped")
     return Path(root)
+
+
+@pytest.fixture(scope="session")
+def tiny_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A small trained run of each model on a synthetic MovieLens-format log that has a
+    `movies.dat` beside it (titles "Movie <id>"); shared by the recommender, server and export
+    tests. Returns {"data": ratings.dat, "sasrec": run dir, "bert4rec": run dir}."""
+    from seqrec.config import RunConfig, load_config
+    from seqrec.data.prepared import prepare
+    from seqrec.data.synthetic import synthetic_interactions
+    from seqrec.train import fit
+
+    root = tmp_path_factory.mktemp("tiny")
+    df = synthetic_interactions(n_users=120, n_items=60, min_len=8, max_len=40, seed=3)
+    data = root / "ml" / "ratings.dat"
+    data.parent.mkdir()
+    rows = df.select("user", "item", "timestamp").iter_rows()
+    data.write_text("".join(f"{u}::{i}::4::{t}\n" for u, i, t in rows))
+    items = sorted(set(df.get_column("item").to_list()))
+    (data.parent / "movies.dat").write_bytes(
+        "".join(f"{i}::Movie {i} (2000)::Drama|Comedy\n" for i in items).encode("latin-1")
+    )
+    out: dict[str, Path] = {"data": data}
+    for model, sets in {
+        "sasrec": ["sasrec.max_len=12", "sasrec.d_model=16", "sasrec.attn_dropout=0.0"],
+        "bert4rec": ["bert4rec.max_len=12", "bert4rec.d_model=16", "bert4rec.attn_dropout=0.0"],
+    }.items():
+        cfg = load_config(
+            RunConfig, None, [f"model={model!r}", *sets, "train.max_epochs=3", "train.lr=5e-3"]
+        )
+        ds = prepare(data, data_cfg=cfg.data, eval_cfg=cfg.eval, out=root / "prepared")
+        out[model] = fit(ds, cfg, root / model, progress=False, source={"data": str(data)}).run_dir
+    return out

@@ -19,6 +19,7 @@ from seqrec.metrics import paired_test, summarize
 from seqrec.models.baselines import Popularity
 from seqrec.models.bert4rec import BERT4Rec, BERT4RecConfig
 from seqrec.models.sasrec import SASRec, SASRecConfig
+from seqrec.recommender import Recommender, UnknownItemsError
 from seqrec.train import FitResult, fit
 
 __version__ = "0.1.0"
@@ -37,6 +38,7 @@ __all__ = [
     "LeaveOneOut",
     "Popularity",
     "PreparedDataset",
+    "Recommender",
     "Run",
     "RunConfig",
     "SASRec",
@@ -45,6 +47,7 @@ __all__ = [
     "SeqrecError",
     "Sequences",
     "TrainConfig",
+    "UnknownItemsError",
     "__version__",
     "compare_reports",
     "dataset_stats",

@@ -2,7 +2,8 @@
 (used by `--resume`, `seqrec evaluate DIR`, and later the recommender and the server).
 
     config.json     the resolved RunConfig (defaults -> file -> --set), plus the data it ran on
-    vocab.json      {"items": [external ids]}: internal item i is items[i - 1]
+    vocab.json      {"items": [external ids], "popularity": [training counts]}: internal item i
+                    is items[i - 1]; popularity[i] its interactions in the training split
     checkpoint.pt   the last finished epoch: weights, optimiser, schedule, best state, history
     model.pt        the best weights (chosen on validation), written when the run ends
     metrics.json    validation and test metrics for every protocol, wall time, epochs, commit,

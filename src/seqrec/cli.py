@@ -25,8 +25,10 @@ from seqrec.evaluate import (
     parse_protocols,
     save_ranks,
 )
+from seqrec.export import FORMATS, export_run
 from seqrec.metrics import metric_names, paired_test
 from seqrec.models.baselines import Popularity
+from seqrec.recommender import Recommender, read_histories, write_recommendations
 from seqrec.report import metrics_table, stats_table
 from seqrec.train import fit, resolve_device
 
@@ -301,6 +303,83 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_recommend(args: argparse.Namespace) -> int:
+    """Top-k for one history (--history), a known user (--user), or every history of a file
+    (--input -> --output)."""
+    modes = [args.history is not None, args.user is not None, args.input is not None]
+    if sum(modes) != 1:
+        raise SeqrecError("recommend: give exactly one of --history, --user, --input")
+    if args.input and not args.output:
+        raise SeqrecError("recommend --input needs --output (a .parquet or .csv file)")
+    rec = Recommender.from_run(
+        args.run, device=str(resolve_device("auto")), unknown=args.unknown, metadata=args.items
+    )
+    exclude = not args.include_seen
+    candidates = _id_list(args.candidates) if args.candidates else None
+    if args.input:
+        users, histories = read_histories(args.input)
+        recs = rec.recommend_batch(histories, args.k, exclude, candidates, progress=not args.quiet)
+        path = write_recommendations(args.output, users, recs, rec)
+        if rec.dropped:
+            print(f"dropped {rec.dropped:,} unknown item ids", file=sys.stderr)
+        print(f"{len(users):,} histories -> {path}")
+        return 0
+    if args.user is not None:
+        user: object = int(args.user) if args.user.lstrip("-").isdigit() else args.user
+        recs_one = rec.recommend_user(user, args.k, exclude)
+        dropped: list[object] = []
+    else:
+        enc = rec.encode(_id_list(args.history))
+        dropped = list(enc.unknown)
+        (recs_one,) = rec.recommend_encoded([enc.ids], args.k, exclude, candidates=candidates)
+    rows = [
+        {"rank": r, "item": item, "score": score, **(rec.describe(item) or {})}
+        for r, (item, score) in enumerate(recs_one, start=1)
+    ]
+    if args.json:
+        print(json.dumps({"items": rows, "dropped": dropped}))
+        return 0
+    if dropped:
+        print(f"dropped {len(dropped)} unknown item id(s): {dropped[:10]}", file=sys.stderr)
+    has_title = any("title" in r for r in rows)
+    print("| rank | item | score |" + (" title |" if has_title else ""))
+    print("|---|---|---|" + ("---|" if has_title else ""))
+    for r in rows:
+        title = f" {r.get('title', '')} |" if has_title else ""
+        print(f"| {r['rank']} | {r['item']} | {r['score']:.4f} |{title}")
+    return 0
+
+
+def _id_list(text: str) -> list[object]:
+    """ "1193,661,914" -> [1193, 661, 914]; ids that are not integers stay strings."""
+    out: list[object] = []
+    for part in text.split(","):
+        part = part.strip()
+        if part:
+            out.append(int(part) if part.lstrip("-").isdigit() else part)
+    return out
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from seqrec.serve import serve
+
+    serve(
+        args.run,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        unknown=args.unknown,
+        max_history=args.max_history,
+    )
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    path = export_run(args.run, args.format, args.out)
+    print(f"{args.format} -> {path}")
+    return 0
+
+
 def _find_ml1m() -> tuple[str | None, str]:
     """The main job's data: the papers' ML-1M file from $SEQREC_DATA_DIR, else the cache or a
     download of the official ML-1M; (None, reason) when none is reachable."""
@@ -431,6 +510,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metric", default="ndcg@10", help="per-user metric of the paired tests")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("recommend", help="top-k items for a history, a user, or a file of them")
+    p.add_argument("run", metavar="RUN_DIR")
+    p.add_argument("--history", help="item ids, oldest first: 1193,661,914 ('' = none)")
+    p.add_argument("--user", help="a user of the training data")
+    p.add_argument("--input", help="a CSV/Parquet log with columns user,item[,timestamp]")
+    p.add_argument("--output", help="recommendations file for --input (.parquet or .csv)")
+    p.add_argument("-k", type=int, default=10, help="how many items (default 10)")
+    p.add_argument("--include-seen", action="store_true", help="keep the history's own items")
+    p.add_argument("--candidates", help="rank only these item ids: 1,2,3")
+    p.add_argument("--unknown", choices=["drop", "reject"], default="drop")
+    p.add_argument("--items", help="item metadata (MovieLens movies.dat) for titles")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_recommend)
+
+    p = sub.add_parser("serve", help="serve a run over HTTP (needs the serve extra)")
+    p.add_argument("run", metavar="RUN_DIR")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--workers", type=int, default=1, help="processes, each loads the model")
+    p.add_argument("--unknown", choices=["drop", "reject"], default="drop")
+    p.add_argument("--max-history", type=int, default=10_000, help="longest history accepted")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("export", help="export a run's model (ONNX or TorchScript)")
+    p.add_argument("run", metavar="RUN_DIR")
+    p.add_argument("--format", choices=list(FORMATS), default="onnx")
+    p.add_argument("--out", help="the file (default: model.onnx / model.ts in the run)")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser(
         "quickstart", help="the main job: prepare ML-1M, evaluate POP, train BERT4Rec briefly"

@@ -190,7 +190,10 @@ def fit(
             run_dir / ckpt.CONFIG,
             {**dataclasses.asdict(cfg), "source": {**(source or {}), "prepared": str(ds.path)}},
         )
-        ckpt.write_json(run_dir / ckpt.VOCAB, {"items": ds.item_ids})
+        train_items = ds.split.train.items
+        popularity = np.bincount(train_items, minlength=ds.n_items + 1).tolist()
+        # the training popularity: the ranking a recommender gives an empty history
+        ckpt.write_json(run_dir / ckpt.VOCAB, {"items": ds.item_ids, "popularity": popularity})
     elif json.loads((run_dir / ckpt.VOCAB).read_text())["items"] != ds.item_ids:
         raise ConfigError(f"{run_dir}: the run was trained on another dataset's items")
 

@@ -1,0 +1,89 @@
+"""Export a run's model for serving without seqrec: a graph from padded histories to scores.
+
+    seqrec export runs/sasrec --format onnx            # -> runs/sasrec/model.onnx
+    seqrec export runs/sasrec --format torchscript     # -> runs/sasrec/model.ts
+
+The exported graph takes `histories`, (B, L) int64, left-padded with 0, most recent item last,
+1 <= L <= the model's max_len (a longer history: keep its last max_len items), and returns
+`scores`, (B, n_items + 1) float32, where column i scores the item `vocab.json["items"][i - 1]`
+and column 0 (padding) is -inf: exactly `model.score`, what evaluation ranks by.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Literal
+
+import torch
+from torch import nn
+
+from seqrec.checkpoint import load_run
+from seqrec.errors import ConfigError
+
+__all__ = ["FORMATS", "export_run"]
+
+FORMATS = {"onnx": "model.onnx", "torchscript": "model.ts"}  # format -> default file name
+
+
+class _Scores(nn.Module):
+    """histories (B, L) -> scores (B, n_items + 1): the model's `score`, as a plain forward."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, histories: torch.Tensor) -> torch.Tensor:
+        scores: torch.Tensor = self.model.score(histories)  # type: ignore[operator]
+        return scores
+
+
+def export_run(
+    run_dir: str | Path,
+    fmt: Literal["onnx", "torchscript"] = "onnx",
+    out: str | Path | None = None,
+) -> Path:
+    """Write the run's best model in `fmt`; returns the file (default: inside the run)."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    run = load_run(run_dir)
+    wrapper = _Scores(run.model).eval()
+    max_len = int(run.model.max_len)  # type: ignore[arg-type]
+    example = torch.randint(1, len(run.item_ids) + 1, (2, min(8, max_len)))
+    path = Path(out) if out else Path(run_dir) / FORMATS[fmt]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the exporters' progress chatter and deprecations
+            if fmt == "onnx":
+                _export_onnx(wrapper, example, max_len, tmp)
+            else:
+                torch.jit.trace(wrapper, (example,), check_trace=False).save(str(tmp))
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def _export_onnx(model: nn.Module, example: torch.Tensor, max_len: int, path: Path) -> None:
+    try:
+        import onnxscript  # noqa: F401  (torch's ONNX exporter needs it)
+    except ImportError:
+        raise ConfigError(
+            "ONNX export needs onnx and onnxscript: pip install 'seqrec[export]'"
+        ) from None
+    batch = torch.export.Dim("batch", min=1, max=1 << 20)
+    length = torch.export.Dim("length", min=1, max=max_len)
+    program = torch.onnx.export(
+        model,
+        (example,),
+        input_names=["histories"],
+        output_names=["scores"],
+        dynamic_shapes=({0: batch, 1: length},),
+        dynamo=True,
+        verbose=False,
+    )
+    if program is None:
+        raise RuntimeError("torch.onnx.export returned no program")
+    program.save(str(path))

@@ -1,0 +1,387 @@
+"""Use a trained run: top-k items for any history, including one the model never saw.
+
+    rec = Recommender.from_run("runs/sasrec")
+    rec.recommend([1193, 661, 914], k=10)            # [(item, score), ...], external ids
+    rec.recommend_batch([[1193, 661], [], [914]])     # vectorised
+    rec.recommend_user(42)                            # a user of the training data
+
+Policies (each tested):
+- unknown item ids in a history are dropped and counted (`unknown="drop"`), or raise
+  `UnknownItemsError` (`unknown="reject"`);
+- an empty (or all-unknown) history gets the popularity ranking of the training split; its
+  scores are the training interaction counts;
+- a history longer than the model reads keeps its most recent items (`max_len`);
+- the model decides how a history is read: BERT4Rec appends [MASK], SASRec reads the last
+  position. The scores are exactly those evaluation ranks by (`model.score`);
+- `exclude_seen` removes the history's items; `candidates` restricts the ranking to a set.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import polars as pl
+import torch
+from tqdm import tqdm
+
+from seqrec.checkpoint import Run, load_run
+from seqrec.data.io import read_interactions
+from seqrec.data.prepared import PreparedDataset, load_prepared
+from seqrec.data.preprocess import left_pad
+from seqrec.errors import ConfigError, SeqrecError
+
+__all__ = [
+    "Encoded",
+    "Recommender",
+    "UnknownItemsError",
+    "item_metadata",
+    "read_histories",
+    "write_recommendations",
+]
+
+Unknown = Literal["drop", "reject"]
+
+
+class UnknownItemsError(SeqrecError, ValueError):
+    """A history holds item ids the model does not know, under `unknown="reject"`."""
+
+    def __init__(self, items: Sequence[Any]) -> None:
+        self.items = list(items)
+        shown = ", ".join(map(str, self.items[:10])) + (" ..." if len(self.items) > 10 else "")
+        super().__init__(f"{len(self.items)} unknown item id(s): {shown}")
+
+
+@dataclass
+class Encoded:
+    """A history in internal ids (most recent last) and the external ids that were dropped."""
+
+    ids: np.ndarray  # (n,) int64 in 1..n_items
+    unknown: list[Any]
+
+
+class Recommender:
+    """Top-k recommendation over a trained run. Thread-safe for concurrent calls."""
+
+    def __init__(
+        self,
+        run: Run,
+        popularity: np.ndarray,
+        *,
+        dataset: PreparedDataset | None = None,
+        metadata: dict[str, dict[str, Any]] | None = None,
+        unknown: Unknown = "drop",
+        device: str | torch.device = "cpu",
+        batch_size: int = 256,
+    ) -> None:
+        if unknown not in ("drop", "reject"):
+            raise ConfigError(f"unknown = {unknown!r}: expected drop or reject")
+        self.run = run
+        self.model = run.model.to(device).eval()
+        self.device = torch.device(device)
+        self.item_ids = list(run.item_ids)
+        self.n_items = len(self.item_ids)
+        # external id -> internal id; ids also match by their text ("1193" finds 1193)
+        self._index: dict[Any, int] = {}
+        for i, item in enumerate(self.item_ids, start=1):
+            self._index[item] = i
+            self._index.setdefault(str(item), i)
+        self.popularity = np.asarray(popularity, dtype=np.float32)  # (n_items + 1,), [0] unused
+        self.dataset = dataset
+        self.metadata = metadata
+        self.unknown = unknown
+        self.batch_size = batch_size
+        self.max_len: int | None = getattr(self.model, "max_len", None)
+        self._lock = threading.Lock()
+        self.dropped = 0  # unknown item ids dropped so far (unknown="drop")
+
+    # -------------------------------------------------------------------------- loading
+
+    @classmethod
+    def from_run(
+        cls,
+        run_dir: str | Path,
+        *,
+        device: str | torch.device = "cpu",
+        unknown: Unknown = "drop",
+        metadata: str | Path | None = None,
+    ) -> Recommender:
+        """The single load path (`checkpoint.load_run`) plus what recommending needs: the
+        training popularity (stored in the run, else recomputed from its prepared data), the
+        prepared data when it still exists (for `recommend_user`), and item titles when the
+        dataset provides them (ML-1M `movies.dat`) or `metadata` names such a file."""
+        run = load_run(run_dir, device=device)
+        prepared = run.source.get("prepared")
+        dataset = load_prepared(prepared) if prepared and Path(prepared).exists() else None
+        if dataset is not None and list(dataset.item_ids) != list(run.item_ids):
+            dataset = None  # prepared again with other settings since: not this run's data
+        vocab = json.loads((Path(run_dir) / "vocab.json").read_text())
+        if "popularity" in vocab:
+            popularity = np.asarray(vocab["popularity"], dtype=np.float32)
+        elif dataset is not None:
+            popularity = _train_popularity(dataset)
+        else:
+            raise ConfigError(
+                f"{run_dir}: no popularity in vocab.json and its prepared data is gone"
+            )
+        data = run.source.get("data")
+        meta = item_metadata(metadata, data if isinstance(data, str) else None)
+        return cls(run, popularity, dataset=dataset, metadata=meta, unknown=unknown, device=device)
+
+    # ------------------------------------------------------------------------- encoding
+
+    def encode(self, history: Iterable[Any]) -> Encoded:
+        """External ids -> internal ids under the unknown-item policy."""
+        ids, unknown = [], []
+        for item in history:
+            i = self._index.get(item)
+            if i is None and not isinstance(item, str):
+                i = self._index.get(str(item))
+            if i is None:
+                unknown.append(item)
+            else:
+                ids.append(i)
+        if unknown:
+            if self.unknown == "reject":
+                raise UnknownItemsError(unknown)
+            with self._lock:
+                self.dropped += len(unknown)
+        return Encoded(np.asarray(ids, dtype=np.int64), unknown)
+
+    def internal_ids(self, items: Iterable[Any]) -> np.ndarray:
+        return self.encode(items).ids
+
+    # ------------------------------------------------------------------------ recommend
+
+    def recommend(
+        self,
+        history: Sequence[Any],
+        k: int = 10,
+        exclude_seen: bool = True,
+        candidates: Sequence[Any] | None = None,
+    ) -> list[tuple[Any, float]]:
+        """The top-k items for one history (external ids, oldest first) with their scores."""
+        return self.recommend_batch([history], k, exclude_seen, candidates)[0]
+
+    def recommend_batch(
+        self,
+        histories: Sequence[Sequence[Any]],
+        k: int = 10,
+        exclude_seen: bool = True,
+        candidates: Sequence[Any] | None = None,
+        *,
+        progress: bool = False,
+    ) -> list[list[tuple[Any, float]]]:
+        """`recommend` for many histories, scored in batches of `batch_size`."""
+        encoded = [self.encode(h).ids for h in histories]
+        return self.recommend_encoded(
+            encoded, k, exclude_seen, candidates=candidates, progress=progress
+        )
+
+    def recommend_user(
+        self, user_id: Any, k: int = 10, exclude_seen: bool = True
+    ) -> list[tuple[Any, float]]:
+        """The top-k for a user of the training data, after everything the data holds of them
+        (training, validation and test items)."""
+        if self.dataset is None:
+            raise ConfigError("recommend_user needs the run's prepared data, which is gone")
+        users = {u: i for i, u in enumerate(self.dataset.user_ids)}
+        row = users.get(user_id, users.get(str(user_id)) if not isinstance(user_id, str) else None)
+        if row is None:
+            raise SeqrecError(f"user {user_id!r} is not in the training data")
+        return self.recommend_encoded([self.dataset.sequences[row]], k, exclude_seen)[0]
+
+    def recommend_encoded(
+        self,
+        histories: Sequence[np.ndarray],
+        k: int = 10,
+        exclude_seen: bool = True,
+        *,
+        candidates: Sequence[Any] | None = None,
+        progress: bool = False,
+    ) -> list[list[tuple[Any, float]]]:
+        """Top-k for histories already in internal ids."""
+        if not 1 <= k <= self.n_items:
+            raise ValueError(f"k must be in 1..{self.n_items} (the catalogue), got {k}")
+        allowed = None
+        if candidates is not None:
+            allowed = torch.zeros(self.n_items + 1, dtype=torch.bool, device=self.device)
+            allowed[torch.from_numpy(self.encode(candidates).ids).to(self.device)] = True
+        out: list[list[tuple[Any, float]]] = []
+        bar = tqdm(total=len(histories), desc="recommend", unit="history", disable=not progress)
+        for lo in range(0, len(histories), self.batch_size):
+            chunk = histories[lo : lo + self.batch_size]
+            scores = self.scores(chunk)  # (B, n + 1)
+            if exclude_seen:  # every item of the whole history, not only the last max_len
+                items, starts, ends = _csr(chunk)
+                seen = left_pad(items, starts, ends, max(1, int((ends - starts).max())))
+                scores.scatter_(1, torch.from_numpy(seen).to(self.device), -torch.inf)
+            if allowed is not None:
+                scores[:, ~allowed] = -torch.inf
+            top = torch.topk(scores, k, dim=1)
+            values, indices = top.values.cpu().numpy(), top.indices.cpu().numpy()
+            for v_row, i_row in zip(values, indices, strict=True):
+                keep = np.isfinite(v_row)  # fewer than k items may remain
+                out.append(
+                    [
+                        (self.item_ids[i - 1], float(v))
+                        for i, v in zip(i_row[keep], v_row[keep], strict=True)
+                    ]
+                )
+            bar.update(len(chunk))
+        bar.close()
+        return out
+
+    @torch.no_grad()
+    def scores(self, histories: Sequence[np.ndarray]) -> torch.Tensor:
+        """(B, n_items + 1) scores for internal-id histories; column 0 is -inf. Empty histories
+        get the training popularity counts."""
+        items, starts, ends = _csr(histories)
+        lengths = ends - starts
+        longest = int(lengths.max(initial=0))
+        width = max(1, min(longest, self.max_len or longest))
+        batch = left_pad(items, starts, ends, width)  # (B, L): the most recent max_len items
+        inputs = torch.from_numpy(batch).to(self.device)
+        scores = self.model.score(inputs).float()  # type: ignore[operator]
+        empty = torch.from_numpy(lengths == 0).to(self.device)
+        if bool(empty.any()):
+            pop = torch.from_numpy(self.popularity).to(self.device)
+            scores[empty] = pop
+            scores[empty, 0] = -torch.inf
+        return scores
+
+    # ------------------------------------------------------------------------ metadata
+
+    def describe(self, item: Any) -> dict[str, Any] | None:
+        """Title and genres of an item when the dataset provides them, else None."""
+        if self.metadata is None:
+            return None
+        return self.metadata.get(str(item))
+
+    def info(self) -> dict[str, Any]:
+        """What is being served: model, dataset, metrics, sizes."""
+        cfg = self.run.config
+        m = self.run.metrics or {}
+        return {
+            "model": cfg.model,
+            "loss": cfg.train.loss,
+            "run_dir": str(self.run.path),
+            "dataset": m.get("dataset"),
+            "n_items": self.n_items,
+            "max_len": self.max_len,
+            "metrics": {"test": m.get("test"), "valid": m.get("valid")},
+            "best_epoch": m.get("best_epoch"),
+            "git_commit": m.get("git_commit"),
+            "unknown_items": self.unknown,
+        }
+
+
+def _csr(histories: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Concatenated items and each history's (start, end) in them."""
+    lengths = np.fromiter((len(h) for h in histories), dtype=np.int64, count=len(histories))
+    ends = np.cumsum(lengths)
+    parts = [np.asarray(h, dtype=np.int64) for h in histories]
+    items = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    return items, ends - lengths, ends
+
+
+def _train_popularity(ds: PreparedDataset) -> np.ndarray:
+    """(n_items + 1,) interaction counts of the training split."""
+    train = ds.split.train
+    return np.bincount(train.items, minlength=train.n_items + 1).astype(np.float32)
+
+
+def item_metadata(
+    path: str | Path | None = None, data: str | None = None
+) -> dict[str, dict[str, Any]] | None:
+    """{str(external item id): {"title", "genres"}} from a MovieLens `movies.dat`: the file
+    given, else one found beside the training data (official ML-1M: `movies.dat` in the same
+    folder; the papers' file: `ml-1m.item-map.txt` beside it and `../ml-1m/movies.dat`)."""
+    mapping: dict[str, str] | None = None
+    if path is None and data:
+        src = Path(data)
+        if (src.parent / "movies.dat").exists():
+            path = src.parent / "movies.dat"
+        elif (src.parent / "ml-1m.item-map.txt").exists() and (
+            src.parent.parent / "ml-1m" / "movies.dat"
+        ).exists():
+            path = src.parent.parent / "ml-1m" / "movies.dat"
+            lines = (src.parent / "ml-1m.item-map.txt").read_text().split("\n")
+            mapping = {}
+            for line in lines:
+                if line.strip():
+                    ours, movie = line.split()
+                    mapping[movie] = ours
+    if path is None:
+        return None
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"{p}: item metadata file not found")
+    out: dict[str, dict[str, Any]] = {}
+    for n, line in enumerate(p.read_bytes().decode("latin-1").splitlines(), start=1):
+        if not line.strip():
+            continue
+        parts = line.split("::")
+        if len(parts) != 3:
+            raise ConfigError(f"{p}:{n}: expected MovieID::Title::Genres")
+        movie, title, genres = parts
+        key = mapping.get(movie) if mapping is not None else movie
+        if key is not None:
+            out[key] = {"title": title, "genres": genres.split("|")}
+    return out
+
+
+def read_histories(path: str | Path) -> tuple[list[Any], list[list[str]]]:
+    """A CSV/Parquet log with columns user, item and optionally timestamp -> (users, their
+    histories oldest first). Without a timestamp column the file order is the time order; ties
+    keep file order (a stable sort)."""
+    p = Path(path)
+    if p.suffix == ".parquet":
+        columns = list(pl.read_parquet_schema(p)) if p.exists() else []
+    else:
+        columns = (
+            p.read_text(errors="replace").split("\n", 1)[0].strip().split(",") if p.exists() else []
+        )
+    time_col = "timestamp" if "timestamp" in columns else None
+    fmt = "parquet" if p.suffix == ".parquet" else "csv"
+    df = read_interactions(p, fmt, time_col=time_col)
+    df = df.sort(["timestamp", "line"]).group_by("user", maintain_order=True).agg(pl.col("item"))
+    return df.get_column("user").to_list(), df.get_column("item").to_list()
+
+
+def write_recommendations(
+    path: str | Path,
+    users: Sequence[Any],
+    recs: Sequence[list[tuple[Any, float]]],
+    rec: Recommender | None = None,
+) -> Path:
+    """One row per (user, rank): user, rank, item, score (+ title when known); .parquet or .csv,
+    written to a temporary file and renamed."""
+    p = Path(path)
+    if p.suffix not in (".parquet", ".csv"):
+        raise ConfigError(f"{p}: the output must be a .parquet or .csv file")
+    rows = [
+        (u, r, str(item), score)
+        for u, rr in zip(users, recs, strict=True)
+        for r, (item, score) in enumerate(rr, 1)
+    ]
+    df = pl.DataFrame(rows, schema=["user", "rank", "item", "score"], orient="row")
+    if rec is not None and rec.metadata is not None:
+        titles = [(rec.describe(i) or {}).get("title") for i in df.get_column("item")]
+        df = df.with_columns(pl.Series("title", titles, dtype=pl.String))
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp")
+    try:
+        if p.suffix == ".parquet":
+            df.write_parquet(tmp)
+        else:
+            df.write_csv(tmp)
+        tmp.replace(p)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return p

@@ -1,0 +1,55 @@
+"""Export: the ONNX graph run by onnxruntime, and the TorchScript module, give PyTorch's top-10
+for real histories of the data the model was trained on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from seqrec.checkpoint import load_run
+from seqrec.cli import main
+from seqrec.data.prepared import load_prepared
+from seqrec.evaluate import pad_histories
+
+
+def _histories(run_dir: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """Test-split histories of 64 users (varied lengths) and the model's scores for them."""
+    run = load_run(run_dir)
+    ds = load_prepared(run.source["prepared"])
+    eval_set = ds.split.eval_set("test")
+    rows = np.arange(64)
+    h = torch.from_numpy(pad_histories(eval_set.histories, rows, run.model.max_len))  # type: ignore[arg-type]
+    return h, run.model.score(h)  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("model", ["sasrec", "bert4rec"])
+def test_onnx_top10_equals_pytorch(model: str, tiny_runs: dict[str, Path], tmp_path: Path) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    out = tmp_path / f"{model}.onnx"
+    assert main(["export", str(tiny_runs[model]), "--format", "onnx", "--out", str(out)]) == 0
+    h, want = _histories(tiny_runs[model])
+    session = ort.InferenceSession(str(out))
+    for rows in (slice(0, 64), slice(5, 6)):  # a batch and a single history, other shapes
+        got = session.run(["scores"], {"histories": h[rows].numpy()})[0]
+        assert got.shape == (h[rows].shape[0], want.shape[1]) and np.isneginf(got[:, 0]).all()
+        top_got = np.argsort(-got, axis=1, kind="stable")[:, :10]
+        top_want = torch.topk(want[rows], 10).indices.numpy()
+        assert (top_got == top_want).all()
+        assert np.allclose(got[:, 1:], want[rows][:, 1:].numpy(), atol=1e-4)
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated")
+def test_torchscript_equals_pytorch(tiny_runs: dict[str, Path]) -> None:
+    assert main(["export", str(tiny_runs["bert4rec"]), "--format", "torchscript"]) == 0
+    path = tiny_runs["bert4rec"] / "model.ts"  # the default place: inside the run
+    module = torch.jit.load(str(path))
+    h, _ = _histories(tiny_runs["bert4rec"])
+    h = h[:17, -7:]  # another batch size and width than the traced example
+    want = load_run(tiny_runs["bert4rec"]).model.score(h)  # type: ignore[operator]
+    got = module(h)
+    assert torch.equal(torch.topk(got, 10).indices, torch.topk(want, 10).indices)
+    assert torch.allclose(got[:, 1:], want[:, 1:], atol=1e-5)
+    path.unlink()
