@@ -13,6 +13,7 @@ from seqrec.data.io import read_movielens_dat, read_user_item_txt
 from seqrec.data.prepared import prepare
 from seqrec.data.preprocess import preprocess
 from seqrec.models.baselines import Popularity
+from seqrec.recommender import item_metadata
 from seqrec.reference import PAPER_ROWS
 
 pytestmark = pytest.mark.e2e
@@ -90,3 +91,13 @@ def test_pop_reproduces_both_papers(shared_data: Path) -> None:
             )
     # full ranking is far harder than either sampled protocol
     assert report.metrics["full"]["ndcg@10"] < report.metrics["pop100"]["ndcg@10"]
+
+
+def test_titles_of_the_papers_file_join_through_the_item_map(shared_data: Path) -> None:
+    meta = item_metadata(None, str(shared_data / "bert4rec-paper" / "ml-1m.txt.gz"))
+    assert meta is not None and len(meta) == 3416
+    # paper item 1 is MovieLens movie 1198 (ml-1m.item-map.txt)
+    assert meta["1"] == {
+        "title": "Raiders of the Lost Ark (1981)",
+        "genres": ["Action", "Adventure"],
+    }

@@ -30,7 +30,7 @@ import polars as pl
 import torch
 from tqdm import tqdm
 
-from seqrec.checkpoint import Run, load_run
+from seqrec.checkpoint import VOCAB, Run, load_run
 from seqrec.data.io import read_interactions
 from seqrec.data.prepared import PreparedDataset, load_prepared
 from seqrec.data.preprocess import left_pad
@@ -120,7 +120,7 @@ class Recommender:
         dataset = load_prepared(prepared) if prepared and Path(prepared).exists() else None
         if dataset is not None and list(dataset.item_ids) != list(run.item_ids):
             dataset = None  # prepared again with other settings since: not this run's data
-        vocab = json.loads((Path(run_dir) / "vocab.json").read_text())
+        vocab = json.loads((Path(run_dir) / VOCAB).read_text())
         if "popularity" in vocab:
             popularity = np.asarray(vocab["popularity"], dtype=np.float32)
         elif dataset is not None:
@@ -129,8 +129,12 @@ class Recommender:
             raise ConfigError(
                 f"{run_dir}: no popularity in vocab.json and its prepared data is gone"
             )
+        # the raw file the data came from: the prepared manifest's, else the run's if a path
         data = run.source.get("data")
-        meta = item_metadata(metadata, data if isinstance(data, str) else None)
+        if dataset is not None:
+            data = dataset.manifest.get("key", {}).get("source", {}).get("path", data)
+        raw = data if isinstance(data, str) and Path(data).is_file() else None
+        meta = item_metadata(metadata, raw)
         return cls(run, popularity, dataset=dataset, metadata=meta, unknown=unknown, device=device)
 
     # ------------------------------------------------------------------------- encoding
