@@ -193,3 +193,16 @@ def test_draw_negatives_hand_checked() -> None:
     assert (out[:2] == 4).all() and set(out[2].tolist()) <= {1, 2, 3}
     with pytest.raises(ValueError, match="every item"):
         draw_negatives(rng, np.array([[1, 2, 3, 4]]), np.array([0]), 1, 4)
+
+
+def test_cloze_negatives_for_the_sampled_losses() -> None:
+    # BERT4Rec with a sampled loss: k negatives per masked position, none in its window
+    seqs = _seqs(30, seed=4)
+    sampler = ClozeSampler(seqs, max_len=50, batch_size=8, seed=0, n_negatives=3)
+    for b in sampler.epoch(0):
+        assert b.negatives is not None and b.negatives.shape == (len(b.targets), 3)
+        rows = torch.nonzero(b.positions)[:, 0]
+        for r, negs in zip(rows.tolist(), b.negatives.tolist(), strict=True):
+            window = set(_scatter(b)[r].tolist()) | set(b.inputs[r].tolist())
+            assert not set(negs) & window
+    assert next(iter(ClozeSampler(seqs, max_len=50, batch_size=8).epoch(0))).negatives is None

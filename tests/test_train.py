@@ -4,6 +4,7 @@ it loads, resumes exactly, and respects its time budget."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,15 @@ def test_bad_settings_are_one_line_errors(toy: PreparedDataset, tmp_path: Path) 
         fit(toy, _config(val_metric="ndcg@20"), tmp_path / "a", progress=False)
     with pytest.raises(ConfigError, match="time budget"):
         fit(toy, _config(time_budget="soon"), tmp_path / "b", progress=False)
+
+
+def test_bert4rec_takes_the_sampled_losses_too(toy: PreparedDataset, tmp_path: Path) -> None:
+    result = fit(
+        toy, _config(loss="bce", n_negatives=2, max_epochs=1), tmp_path / "a", progress=False
+    )
+    assert result.metrics["epochs"] == 1 and math.isfinite(result.metrics["test"]["full"]["mrr"])
+    with pytest.raises(ConfigError, match="sasrec only"):
+        fit(toy, _config(loss="bce", negatives_per="sequence"), tmp_path / "b", progress=False)
+    with pytest.raises(ConfigError, match="n_negatives >= 1"):
+        fit(toy, _config(loss="gbce", n_negatives=0), tmp_path / "c", progress=False)
+    assert not (tmp_path / "b").exists() and not (tmp_path / "c").exists()  # nothing half-made

@@ -179,6 +179,9 @@ def fit(
     if t.val_metric not in names:
         raise ConfigError(f"train.val_metric {t.val_metric!r} is not one of {', '.join(names)}")
     budget = parse_duration(t.time_budget) if t.time_budget else math.inf
+    spec = _loss_spec(cfg, ds.n_items)
+    if t.decay == "budget" and not t.time_budget:
+        raise ConfigError('train.decay = "budget" needs train.time_budget')
     device = resolve_device(t.device)
     if t.threads > 0:
         torch.set_num_threads(t.threads)
@@ -200,11 +203,8 @@ def fit(
     torch.manual_seed(t.seed)  # initial weights
     model = ckpt.build_model(cfg, ds.n_items).to(device)
     sampler = TASKS[cfg.model](cfg, ds)
-    spec = _loss_spec(cfg, ds.n_items)
     optimizer = _optimizer(model, cfg)
     total_steps = t.max_epochs * len(sampler)
-    if t.decay == "budget" and not t.time_budget:
-        raise ConfigError('train.decay = "budget" needs train.time_budget')
 
     def set_lr(step: int, seconds: float) -> float:
         if t.decay == "none":
