@@ -141,3 +141,16 @@ def test_each_loss_learns_the_toy_pattern(loss: str, toy: PreparedDataset, tmp_p
         h = torch.tensor([[0, 0, 3, 4, 5], [1, 2, 3, 4, 5]])
         assert torch.equal(run.model.score(h), result.model.score(h))
         assert toy.evaluate(run.model, "test").metrics == result.metrics["test"]  # type: ignore[arg-type]
+
+
+def test_initialisation_options() -> None:
+    torch.manual_seed(0)
+    xavier = SASRec(3000, dataclasses.replace(CFG, d_model=64))
+    bound = (6 / (3001 + 64)) ** 0.5  # Glorot-uniform bound of the (n + 1) x d embedding
+    w = xavier.item_emb.weight[1:].detach()
+    assert float(w.abs().max()) <= bound + 1e-6 and float(w.abs().max()) > 0.9 * bound
+    normal = SASRec(3000, dataclasses.replace(CFG, d_model=64, init="normal"))
+    assert 0.019 < float(normal.item_emb.weight[1:].detach().std()) < 0.021
+    assert 0.015 < float(normal.layers[0].attn.q.weight.detach().std()) < 0.025
+    for m in (xavier, normal):
+        assert float(m.item_emb.weight[0].detach().abs().sum()) == 0.0

@@ -49,6 +49,11 @@ class SASRecConfig:
     #   with dropout inside the FFN (after the ReLU and after the second layer).
     # "paper": g(x) = x + Dropout(g(LayerNorm(x))) for both sub-layers (§III-C).
     block: Literal["original", "paper"] = "original"
+    # Initialisation. "xavier": Glorot-uniform weights, zero biases (TensorFlow's defaults, which
+    # the original code's layers use); "normal": N(0, init_std) for embeddings and weights, as
+    # the PyTorch SASRec+ code (Klenitskiy & Vasilev 2023) and RecBole.
+    init: Literal["xavier", "normal"] = "xavier"
+    init_std: float = 0.02
 
 
 class CausalSelfAttention(nn.Module):
@@ -126,12 +131,12 @@ class SASRec(nn.Module):
         self.final_norm = nn.LayerNorm(cfg.d_model, eps=1e-8) if cfg.final_norm else None
         self.apply(self._init)
 
-    @staticmethod
-    def _init(module: nn.Module) -> None:
-        # Glorot-uniform weights and zero biases: TensorFlow's defaults, which the original
-        # code's embedding and dense layers use.
+    def _init(self, module: nn.Module) -> None:
         if isinstance(module, nn.Linear | nn.Embedding):
-            nn.init.xavier_uniform_(module.weight)
+            if self.cfg.init == "xavier":
+                nn.init.xavier_uniform_(module.weight)
+            else:
+                nn.init.normal_(module.weight, std=self.cfg.init_std)
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
         if isinstance(module, nn.Embedding) and module.padding_idx is not None:
