@@ -10,6 +10,7 @@ result, rewritten after each variant, with wall time, epochs and sequences/s per
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -61,17 +62,20 @@ def main() -> None:
         cfg = load_config(RunConfig, config, overrides)
         ds = prepare(src, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=False)
         out = runs / f"{args.name}-{variant}"
-        result = fit(
-            ds, cfg, out, resume=(out / "checkpoint.pt").exists(), source={"data": str(src)}
-        )
+        if (out / "metrics.json").exists():  # a finished run: report it as it was trained
+            metrics = json.loads((out / "metrics.json").read_text())
+        else:
+            resume = (out / "checkpoint.pt").exists()
+            metrics = fit(ds, cfg, out, resume=resume, source={"data": str(src)}).metrics
         log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
         done[variant] = {
             "config": config,
-            "overrides": overrides,
+            # what the run was trained with, against the shipped config
+            "overrides": _differences(load_config(RunConfig, config), out / "config.json"),
             "label": label,
             "published": published,
             "run_dir": str(out),
-            "metrics": result.metrics,
+            "metrics": metrics,
             "validation_curve": [
                 (h["epoch"], round(h["elapsed_s"], 1), h[k])
                 for h in log
@@ -80,6 +84,19 @@ def main() -> None:
             ],
         }
         _write(args, src, done)
+
+
+def _differences(shipped: RunConfig, run_config: Path) -> list[str]:
+    """`section.key=value` for every setting of the run that differs from the shipped config."""
+    ran = json.loads(run_config.read_text())
+    base = json.loads(json.dumps(dataclasses.asdict(shipped)))  # tuples as lists
+    out = []
+    for section, values in ran.items():
+        if isinstance(values, dict) and isinstance(base.get(section), dict):
+            for key, value in values.items():
+                if base[section].get(key) != value:
+                    out.append(f"{section}.{key}={json.dumps(value)}")
+    return out
 
 
 def _write(args: argparse.Namespace, src: Path, done: dict[str, Any]) -> None:
