@@ -54,6 +54,9 @@ class SASRecConfig:
     # the PyTorch SASRec+ code (Klenitskiy & Vasilev 2023) and RecBole.
     init: Literal["xavier", "normal"] = "xavier"
     init_std: float = 0.02
+    # The prediction layer shares the input item embedding M (§III-D, the default). False gives
+    # it its own embedding: the paper's "Unshared IE" ablation (Table IV) and gSASRec's default.
+    shared_embedding: bool = True
 
 
 class CausalSelfAttention(nn.Module):
@@ -129,6 +132,10 @@ class SASRec(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)  # on the input embedding (§III-C "Dropout")
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.final_norm = nn.LayerNorm(cfg.d_model, eps=1e-8) if cfg.final_norm else None
+        # N: the prediction layer's item embedding when it is not M (§III-D, Eq. 7)
+        self.out_emb = (
+            None if cfg.shared_embedding else nn.Embedding(n_items + 1, cfg.d_model, padding_idx=0)
+        )
         self.apply(self._init)
 
     def _init(self, module: nn.Module) -> None:
@@ -180,8 +187,10 @@ class SASRec(nn.Module):
         return hidden
 
     def output_weights(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The prediction layer's (n_items, D) weights, shared with the input embedding; no
-        bias."""
+        """The prediction layer's (n_items, D) weights (M, shared with the input, unless
+        `shared_embedding` is off); no bias."""
+        if self.out_emb is not None:
+            return self.out_emb.weight[1:], None
         return self.item_embeddings(), None
 
     def user_vector(self, histories: torch.Tensor) -> torch.Tensor:
@@ -191,6 +200,6 @@ class SASRec(nn.Module):
     @torch.no_grad()
     def score(self, histories: torch.Tensor) -> torch.Tensor:
         """The `Scorer` interface: (B, L) histories -> (B, n_items + 1); column 0 is -inf."""
-        scores = self.user_vector(histories) @ self.item_embeddings().T  # (B, n_items)
+        scores = self.user_vector(histories) @ self.output_weights()[0].T  # (B, n_items)
         pad = torch.full_like(scores[:, :1], -math.inf)
         return torch.cat([pad, scores], dim=1)
