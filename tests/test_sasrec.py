@@ -154,3 +154,13 @@ def test_initialisation_options() -> None:
     assert 0.015 < float(normal.layers[0].attn.q.weight.detach().std()) < 0.025
     for m in (xavier, normal):
         assert float(m.item_emb.weight[0].detach().abs().sum()) == 0.0
+
+
+def test_unshared_prediction_embedding() -> None:
+    torch.manual_seed(0)
+    m = SASRec(30, dataclasses.replace(CFG, shared_embedding=False)).eval()
+    w, _ = m.output_weights()
+    assert m.out_emb is not None and w.data_ptr() == m.out_emb.weight[1:].data_ptr()
+    assert w.data_ptr() != m.item_emb.weight[1:].data_ptr()
+    x = torch.tensor([[0, 3, 4, 5]])
+    assert torch.allclose(m.score(x)[:, 1:], m(x)[:, -1] @ m.out_emb.weight[1:].T, atol=1e-5)
