@@ -29,7 +29,7 @@ from seqrec.export import FORMATS, export_run
 from seqrec.metrics import metric_names, paired_test
 from seqrec.models.baselines import Popularity
 from seqrec.recommender import Recommender, read_histories, write_recommendations
-from seqrec.report import metrics_table, stats_table
+from seqrec.report import metrics_table, run_label, stats_table
 from seqrec.train import fit, resolve_device
 
 __all__ = ["main"]
@@ -154,7 +154,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         source={"data": args.data},
     )
     m = result.metrics
-    print(metrics_table(m["test"], model=cfg.model, with_paper=_is_ml1m(ds)))
+    label = run_label(cfg.model, cfg.train.loss)
+    print(metrics_table(m["test"], model=label, with_paper=_is_ml1m(ds)))
     print(
         f"\n{m['epochs']} epochs ({m['stopped']}), best epoch {m['best_epoch']} on "
         f"{m['selected_on']}; {m['train_time_s'] / 60:.1f} min, {m['seq_per_s']:.0f} seq/s "
@@ -187,7 +188,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                 f"({len(run.item_ids)} vs {len(ds.item_ids)})"
             )
         scorer = _as_scorer(run.model)
-        name = cfg.model
+        name = run_label(cfg.model, cfg.train.loss)
     else:
         raise SeqrecError(f"{args.model}: neither 'pop' nor a run directory")
     report = ds.evaluate(

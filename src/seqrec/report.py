@@ -6,7 +6,16 @@ from collections.abc import Mapping
 
 from seqrec.reference import PAPER_ROWS
 
-__all__ = ["metrics_table", "stats_table"]
+__all__ = ["metrics_table", "run_label", "stats_table"]
+
+# each model's loss in its paper: a run with another loss is labelled "<model>+<loss>", so the
+# paper's row is printed beside the run only when the run is the paper's model
+PAPER_LOSS = {"bert4rec": "ce", "sasrec": "bce"}
+
+
+def run_label(model: str, loss: str) -> str:
+    """ "sasrec" for the paper's SASRec, "sasrec+ce" for SASRec trained with CE, and so on."""
+    return model if PAPER_LOSS.get(model) == loss else f"{model}+{loss}"
 
 
 def metrics_table(
