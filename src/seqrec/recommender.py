@@ -93,6 +93,7 @@ class Recommender:
             self._index.setdefault(str(item), i)
         self.popularity = np.asarray(popularity, dtype=np.float32)  # (n_items + 1,), [0] unused
         self.dataset = dataset
+        self._users: dict[Any, int] | None = None
         self.metadata = metadata
         self.unknown = unknown
         self.batch_size = batch_size
@@ -194,7 +195,9 @@ class Recommender:
         (training, validation and test items)."""
         if self.dataset is None:
             raise ConfigError("recommend_user needs the run's prepared data, which is gone")
-        users = {u: i for i, u in enumerate(self.dataset.user_ids)}
+        if self._users is None:  # external user id -> row, built on first use
+            self._users = {u: i for i, u in enumerate(self.dataset.user_ids)}
+        users = self._users
         row = users.get(user_id, users.get(str(user_id)) if not isinstance(user_id, str) else None)
         if row is None:
             raise SeqrecError(f"user {user_id!r} is not in the training data")
