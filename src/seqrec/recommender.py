@@ -219,10 +219,13 @@ class Recommender:
         if candidates is not None:
             allowed = torch.zeros(self.n_items + 1, dtype=torch.bool, device=self.device)
             allowed[torch.from_numpy(self.encode(candidates).ids).to(self.device)] = True
-        out: list[list[tuple[Any, float]]] = []
+        out: list[list[tuple[Any, float]]] = [[] for _ in histories]
+        # batches of similar lengths pad little; the answers go back to the input order
+        order = np.argsort([len(h) for h in histories], kind="stable")
         bar = tqdm(total=len(histories), desc="recommend", unit="history", disable=not progress)
         for lo in range(0, len(histories), self.batch_size):
-            chunk = histories[lo : lo + self.batch_size]
+            rows = order[lo : lo + self.batch_size]
+            chunk = [histories[r] for r in rows]
             scores = self.scores(chunk)  # (B, n + 1)
             if exclude_seen:  # every item of the whole history, not only the last max_len
                 items, starts, ends = _csr(chunk)
@@ -232,14 +235,12 @@ class Recommender:
                 scores[:, ~allowed] = -torch.inf
             top = torch.topk(scores, k, dim=1)
             values, indices = top.values.cpu().numpy(), top.indices.cpu().numpy()
-            for v_row, i_row in zip(values, indices, strict=True):
+            for r, v_row, i_row in zip(rows, values, indices, strict=True):
                 keep = np.isfinite(v_row)  # fewer than k items may remain
-                out.append(
-                    [
-                        (self.item_ids[i - 1], float(v))
-                        for i, v in zip(i_row[keep], v_row[keep], strict=True)
-                    ]
-                )
+                out[r] = [
+                    (self.item_ids[i - 1], float(v))
+                    for i, v in zip(i_row[keep], v_row[keep], strict=True)
+                ]
             bar.update(len(chunk))
         bar.close()
         return out
