@@ -326,7 +326,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         print(f"{len(users):,} histories -> {path}")
         return 0
     if args.user is not None:
-        user: object = int(args.user) if args.user.lstrip("-").isdigit() else args.user
+        user = _parse_id(args.user)
         recs_one = rec.recommend_user(user, args.k, exclude)
         dropped: list[object] = []
     else:
@@ -353,12 +353,13 @@ def cmd_recommend(args: argparse.Namespace) -> int:
 
 def _id_list(text: str) -> list[object]:
     """ "1193,661,914" -> [1193, 661, 914]; ids that are not integers stay strings."""
-    out: list[object] = []
-    for part in text.split(","):
-        part = part.strip()
-        if part:
-            out.append(int(part) if part.lstrip("-").isdigit() else part)
-    return out
+    return [_parse_id(part) for part in text.split(",") if part.strip()]
+
+
+def _parse_id(text: str) -> object:
+    """An id as typed: an integer when it is one, else the (stripped) string."""
+    text = text.strip()
+    return int(text) if text.lstrip("-").isdigit() else text
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -40,6 +40,7 @@ __all__ = [
     "sampled_logits",
     "sampled_softmax_loss",
     "sequence_negative_logits",
+    "target_logits",
 ]
 
 # Rows of the (M, V) logit matrix handled at once. A chunk of 512 x 3,416 floats (7 MB) stays in
@@ -160,11 +161,20 @@ def sampled_logits(
     negatives: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The scores of each target (M,) and of its k negatives (M, k), without the (M, V) matrix."""
-    pos = (z * weight[targets - 1]).sum(-1)  # (M,)
     neg = torch.einsum("md,mkd->mk", z, weight[negatives - 1])  # (M, k)
     if bias is not None:
-        pos, neg = pos + bias[targets - 1], neg + bias[negatives - 1]
-    return pos.float(), neg.float()
+        neg = neg + bias[negatives - 1]
+    return target_logits(z, weight, bias, targets), neg.float()
+
+
+def target_logits(
+    z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor
+) -> torch.Tensor:
+    """The score of each target (M,): z_m · w_{t_m} (+ b_{t_m})."""
+    pos = (z * weight[targets - 1]).sum(-1)
+    if bias is not None:
+        pos = pos + bias[targets - 1]
+    return pos.float()
 
 
 def bce_loss(pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
@@ -305,10 +315,7 @@ def model_loss(
             raise ValueError(f"loss {spec.name!r} with per-sequence negatives needs negatives")
         features = model.output_features(hidden)  # (B, L, D)
         neg = sequence_negative_logits(features, weight, bias, negatives)[positions]  # (M, k)
-        z = features[positions]  # (M, D)
-        pos = (z * weight[targets - 1]).sum(-1)
-        if bias is not None:
-            pos = pos + bias[targets - 1]
-        return SAMPLED_LOSSES[spec.name](spec, pos.float(), neg)
+        pos = target_logits(features[positions], weight, bias, targets)  # (M,)
+        return SAMPLED_LOSSES[spec.name](spec, pos, neg)
     z = model.output_features(hidden[positions])  # (M, D)
     return item_loss(spec, z, weight, bias, targets, negatives)

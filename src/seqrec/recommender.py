@@ -225,10 +225,9 @@ class Recommender:
         bar = tqdm(total=len(histories), desc="recommend", unit="history", disable=not progress)
         for lo in range(0, len(histories), self.batch_size):
             rows = order[lo : lo + self.batch_size]
-            chunk = [histories[r] for r in rows]
-            scores = self.scores(chunk)  # (B, n + 1)
+            items, starts, ends = _csr([histories[r] for r in rows])
+            scores = self._scores(items, starts, ends)  # (B, n + 1)
             if exclude_seen:  # every item of the whole history, not only the last max_len
-                items, starts, ends = _csr(chunk)
                 seen = left_pad(items, starts, ends, max(1, int((ends - starts).max())))
                 scores.scatter_(1, torch.from_numpy(seen).to(self.device), -torch.inf)
             if allowed is not None:
@@ -241,7 +240,7 @@ class Recommender:
                     (self.item_ids[i - 1], float(v))
                     for i, v in zip(i_row[keep], v_row[keep], strict=True)
                 ]
-            bar.update(len(chunk))
+            bar.update(len(rows))
         bar.close()
         return out
 
@@ -249,7 +248,9 @@ class Recommender:
     def scores(self, histories: Sequence[np.ndarray]) -> torch.Tensor:
         """(B, n_items + 1) scores for internal-id histories; column 0 is -inf. Empty histories
         get the training popularity counts."""
-        items, starts, ends = _csr(histories)
+        return self._scores(*_csr(histories))
+
+    def _scores(self, items: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> torch.Tensor:
         lengths = ends - starts
         longest = int(lengths.max(initial=0))
         width = max(1, min(longest, self.max_len or longest))
@@ -352,9 +353,10 @@ def read_histories(path: str | Path) -> tuple[list[Any], list[list[str]]]:
     if p.suffix == ".parquet":
         columns = list(pl.read_parquet_schema(p)) if p.exists() else []
     else:
-        columns = (
-            p.read_text(errors="replace").split("\n", 1)[0].strip().split(",") if p.exists() else []
-        )
+        columns = []
+        if p.exists():  # the header line only
+            with p.open(errors="replace") as f:
+                columns = f.readline().strip().split(",")
     time_col = "timestamp" if "timestamp" in columns else None
     fmt = "parquet" if p.suffix == ".parquet" else "csv"
     df = read_interactions(p, fmt, time_col=time_col)
