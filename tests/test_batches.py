@@ -206,3 +206,19 @@ def test_cloze_negatives_for_the_sampled_losses() -> None:
             window = set(_scatter(b)[r].tolist()) | set(b.inputs[r].tolist())
             assert not set(negs) & window
     assert next(iter(ClozeSampler(seqs, max_len=50, batch_size=8).epoch(0))).negatives is None
+
+
+def test_epoch_loss_norm_weighs_every_position_the_same() -> None:
+    seqs = _seqs(n_users=100, seed=3, min_len=2)
+    grouped = NextItemConfig(bucket_batches=4, loss_norm="epoch")
+    sampler = NextItemSampler(seqs, max_len=20, cfg=grouped, batch_size=8, seed=0, n_negatives=0)
+    batches = list(sampler.epoch(0))
+    counts = np.array([int(b.positions.sum()) for b in batches])
+    mean = counts.sum() / len(batches)  # target positions per batch over the epoch
+    assert sampler.mean_targets == pytest.approx(mean)
+    for b, m in zip(batches, counts, strict=True):
+        # the batch mean times loss_scale = the batch sum / the epoch's mean count
+        assert b.loss_scale == pytest.approx(m / mean)
+    assert counts.min() < counts.max()  # grouping made batches of different sizes
+    plain = NextItemSampler(seqs, max_len=20, batch_size=8, seed=0, n_negatives=0)
+    assert {b.loss_scale for b in plain.epoch(0)} == {1.0}

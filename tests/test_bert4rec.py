@@ -65,3 +65,15 @@ def test_initialisation_is_truncated() -> None:
     assert w_paper.abs().max() <= 0.02 + 1e-6
     assert 0.015 < float(w_code.detach().std()) < 0.02  # std 0.02 cut at 2 std -> ~0.0176
     assert float(code.item_emb.weight[0].detach().abs().sum()) == 0.0  # padding row
+
+
+def test_last_only_equals_the_full_forward_at_the_last_position() -> None:
+    torch.manual_seed(0)
+    model = BERT4Rec(40, BERT4RecConfig(max_len=10, d_model=16, n_layers=3, n_heads=2)).eval()
+    ids = torch.randint(1, 42, (6, 10))  # items and [MASK] (41)
+    ids[0, :7] = 0
+    ids[1, :2] = 0
+    full = model(ids)[:, -1]
+    last = model(ids, last_only=True)
+    assert last.shape == (6, 1, 16)
+    assert torch.allclose(last[:, 0], full, atol=1e-5)

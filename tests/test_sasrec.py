@@ -164,3 +164,18 @@ def test_unshared_prediction_embedding() -> None:
     assert w.data_ptr() != m.item_emb.weight[1:].data_ptr()
     x = torch.tensor([[0, 3, 4, 5]])
     assert torch.allclose(m.score(x)[:, 1:], m(x)[:, -1] @ m.out_emb.weight[1:].T, atol=1e-5)
+
+
+@pytest.mark.parametrize("block", ["original", "paper"])
+def test_last_only_equals_the_full_forward_at_the_last_position(block: str) -> None:
+    torch.manual_seed(0)
+    cfg = SASRecConfig(max_len=10, d_model=16, n_layers=3, n_heads=2, block=block)  # type: ignore[arg-type]
+    model = SASRec(40, cfg).eval()
+    ids = torch.randint(1, 41, (6, 10))
+    ids[0, :7] = 0  # left padding of different widths
+    ids[1, :2] = 0
+    full = model(ids)[:, -1]
+    last = model(ids, last_only=True)
+    assert last.shape == (6, 1, 16)
+    assert torch.allclose(last[:, 0], full, atol=1e-5)
+    assert torch.allclose(model.user_vector(ids), full, atol=1e-5)

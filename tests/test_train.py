@@ -11,12 +11,15 @@ import pytest
 import torch
 
 from seqrec.checkpoint import load_run
-from seqrec.config import RunConfig, from_dict
+from seqrec.config import RunConfig, TrainConfig, from_dict
+from seqrec.data.batches import Batch
 from seqrec.data.prepared import PreparedDataset, prepare_frame
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import ConfigError
+from seqrec.losses import LossSpec
 from seqrec.models.baselines import Popularity
-from seqrec.train import FitResult, fit
+from seqrec.models.sasrec import SASRec, SASRecConfig
+from seqrec.train import FitResult, fit, loss_spec, train_step
 
 
 def _config(**train: object) -> RunConfig:
@@ -135,3 +138,34 @@ def test_bert4rec_takes_the_sampled_losses_too(toy: PreparedDataset, tmp_path: P
     with pytest.raises(ConfigError, match="n_negatives >= 1"):
         fit(toy, _config(loss="gbce", n_negatives=0), tmp_path / "c", progress=False)
     assert not (tmp_path / "b").exists() and not (tmp_path / "c").exists()  # nothing half-made
+
+
+def test_train_step_scales_the_loss_by_the_batch_loss_scale() -> None:
+    torch.manual_seed(0)
+    model = SASRec(20, SASRecConfig(max_len=6, d_model=8, dropout=0.0, attn_dropout=0.0))
+    inputs = torch.tensor([[0, 0, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6]])
+    targets_grid = torch.tensor([[0, 0, 4, 5, 6, 7], [2, 3, 4, 5, 6, 7]])
+    positions = targets_grid != 0
+    spec = LossSpec(name="ce", n_items=20)
+    frozen = torch.optim.SGD(model.parameters(), lr=0.0)  # the weights stay as they are
+    t = TrainConfig(clip_norm=0.0)
+    losses = [
+        train_step(
+            model,
+            spec,
+            Batch(inputs, positions, targets_grid[positions], loss_scale=scale),
+            frozen,
+            t,
+            torch.device("cpu"),
+        )
+        for scale in (1.0, 2.5)
+    ]
+    assert losses[1] == pytest.approx(2.5 * losses[0], rel=1e-6)
+
+
+def test_loss_bf16_puts_only_the_loss_matmuls_in_bf16() -> None:
+    base = RunConfig()
+    assert not loss_spec(base, 10).bf16
+    for key in ("bf16", "loss_bf16"):
+        cfg = from_dict(RunConfig, {"train": {key: True}})
+        assert loss_spec(cfg, 10).bf16

@@ -95,6 +95,9 @@ class TrainConfig:
     seed: int = 0
     device: str = "auto"  # "auto" = cuda when available, else cpu
     bf16: bool = False  # autocast matmuls to bfloat16 (AMX on Sapphire Rapids, tensor cores)
+    # Only the full-catalogue CE's two big matmuls in bfloat16 (the softmax stays fp32), the
+    # model in fp32: most of `bf16`'s gain for `ce` on CPUs without AMX (docs/performance.md).
+    loss_bf16: bool = False
     threads: int = 0  # torch intra-op threads; 0 = PyTorch's default (one per core)
 
 

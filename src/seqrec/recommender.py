@@ -78,6 +78,7 @@ class Recommender:
         unknown: Unknown = "drop",
         device: str | torch.device = "cpu",
         batch_size: int = 256,
+        bf16: bool = False,
     ) -> None:
         if unknown not in ("drop", "reject"):
             raise ConfigError(f"unknown = {unknown!r}: expected drop or reject")
@@ -97,6 +98,8 @@ class Recommender:
         self.metadata = metadata
         self.unknown = unknown
         self.batch_size = batch_size
+        # score under bfloat16 autocast (docs/performance.md measures its top-10 agreement)
+        self.bf16 = bf16
         self.max_len: int | None = getattr(self.model, "max_len", None)
         self._lock = threading.Lock()
         self.dropped = 0  # unknown item ids dropped so far (unknown="drop")
@@ -111,6 +114,7 @@ class Recommender:
         device: str | torch.device = "cpu",
         unknown: Unknown = "drop",
         metadata: str | Path | None = None,
+        bf16: bool = False,
     ) -> Recommender:
         """The single load path (`checkpoint.load_run`) plus what recommending needs: the
         training popularity (stored in the run, else recomputed from its prepared data), the
@@ -136,7 +140,15 @@ class Recommender:
             data = dataset.manifest.get("key", {}).get("source", {}).get("path", data)
         raw = data if isinstance(data, str) and Path(data).is_file() else None
         meta = item_metadata(metadata, raw)
-        return cls(run, popularity, dataset=dataset, metadata=meta, unknown=unknown, device=device)
+        return cls(
+            run,
+            popularity,
+            dataset=dataset,
+            metadata=meta,
+            unknown=unknown,
+            device=device,
+            bf16=bf16,
+        )
 
     # ------------------------------------------------------------------------- encoding
 
@@ -256,7 +268,8 @@ class Recommender:
         width = max(1, min(longest, self.max_len or longest))
         batch = left_pad(items, starts, ends, width)  # (B, L): the most recent max_len items
         inputs = torch.from_numpy(batch).to(self.device)
-        scores = self.model.score(inputs).float()  # type: ignore[operator]
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            scores = self.model.score(inputs).float()  # type: ignore[operator]
         empty = torch.from_numpy(lengths == 0).to(self.device)
         if bool(empty.any()):
             pop = torch.from_numpy(self.popularity).to(self.device)

@@ -26,7 +26,7 @@ from torch import nn
 from tqdm import tqdm
 
 from seqrec import checkpoint as ckpt
-from seqrec.config import RunConfig, parse_duration
+from seqrec.config import RunConfig, TrainConfig, parse_duration
 from seqrec.data.batches import Batch, ClozeSampler, NextItemSampler
 from seqrec.data.prepared import PreparedDataset
 from seqrec.errors import ConfigError
@@ -35,7 +35,16 @@ from seqrec.losses import LossSpec, model_loss
 from seqrec.metrics import metric_names
 from seqrec.provenance import atomic_write, git_commit, machine
 
-__all__ = ["FitResult", "fit", "resolve_device"]
+__all__ = [
+    "TASKS",
+    "FitResult",
+    "ModelScorer",
+    "fit",
+    "loss_spec",
+    "make_optimizer",
+    "resolve_device",
+    "train_step",
+]
 
 
 class Sampler(Protocol):
@@ -74,7 +83,7 @@ TASKS: dict[str, Callable[[RunConfig, PreparedDataset], Sampler]] = {
 }
 
 
-def _loss_spec(cfg: RunConfig, n_items: int) -> LossSpec:
+def loss_spec(cfg: RunConfig, n_items: int) -> LossSpec:
     t = cfg.train
     if t.loss != "ce" and t.n_negatives < 1:
         raise ConfigError(f"train.loss = {t.loss!r} needs train.n_negatives >= 1")
@@ -87,7 +96,7 @@ def _loss_spec(cfg: RunConfig, n_items: int) -> LossSpec:
         negatives_per=t.negatives_per,
         gbce_t=t.gbce_t,
         logq=t.logq,
-        bf16=t.bf16,
+        bf16=t.bf16 or t.loss_bf16,
     )
 
 
@@ -105,7 +114,7 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def _optimizer(model: nn.Module, cfg: RunConfig) -> torch.optim.Optimizer:
+def make_optimizer(model: nn.Module, cfg: RunConfig) -> torch.optim.Optimizer:
     t = cfg.train
     # §4.3: L2 weight decay 0.01, as in BERT not on LayerNorm weights and biases (1-d tensors)
     decay = [p for p in model.parameters() if p.ndim >= 2]
@@ -121,6 +130,35 @@ def _optimizer(model: nn.Module, cfg: RunConfig) -> torch.optim.Optimizer:
     )
 
 
+def train_step(
+    model: nn.Module,
+    spec: LossSpec,
+    batch: Batch,
+    optimizer: torch.optim.Optimizer,
+    t: TrainConfig,
+    device: torch.device,
+) -> float:
+    """One update on `batch` (bf16 autocast and clipping as `t` says); returns the loss."""
+    batch = batch.to(device)
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=t.bf16):
+        loss = model_loss(
+            model,  # type: ignore[arg-type]
+            spec,
+            batch.inputs,
+            batch.positions,
+            batch.targets,
+            batch.negatives,
+        )
+    if batch.loss_scale != 1.0:
+        loss = loss * batch.loss_scale
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if t.clip_norm > 0:
+        nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
+    optimizer.step()
+    return float(loss.detach())
+
+
 def lr_factor(step: int, warmup: int, progress: float) -> float:
     """Linear warm-up to the peak over `warmup` steps, then linear decay to 0 as `progress`
     (the share of the schedule done, by steps or by the time budget) goes from the end of the
@@ -130,7 +168,7 @@ def lr_factor(step: int, warmup: int, progress: float) -> float:
     return max(0.0, 1.0 - progress)
 
 
-class _Eval:
+class ModelScorer:
     """Wraps a model as a `Scorer` in eval mode (dropout off), optionally under bf16."""
 
     def __init__(self, model: nn.Module, bf16: bool, device: torch.device) -> None:
@@ -179,7 +217,7 @@ def fit(
     if t.val_metric not in names:
         raise ConfigError(f"train.val_metric {t.val_metric!r} is not one of {', '.join(names)}")
     budget = parse_duration(t.time_budget) if t.time_budget else math.inf
-    spec = _loss_spec(cfg, ds.n_items)
+    spec = loss_spec(cfg, ds.n_items)
     if t.decay == "budget" and not t.time_budget:
         raise ConfigError('train.decay = "budget" needs train.time_budget')
     device = resolve_device(t.device)
@@ -203,7 +241,7 @@ def fit(
     torch.manual_seed(t.seed)  # initial weights
     model = ckpt.build_model(cfg, ds.n_items).to(device)
     sampler = TASKS[cfg.model](cfg, ds)
-    optimizer = _optimizer(model, cfg)
+    optimizer = make_optimizer(model, cfg)
     total_steps = t.max_epochs * len(sampler)
 
     def set_lr(step: int, seconds: float) -> float:
@@ -228,7 +266,7 @@ def fit(
         bad, history = state["bad"], state["history"]
         best = {**state["best"], "state": state["best_state"]}
 
-    evaluator = _Eval(model, t.bf16, device)
+    evaluator = ModelScorer(model, t.bf16, device)
 
     def validate() -> float:
         model.eval()
@@ -259,24 +297,9 @@ def fit(
         epoch_start, loss_sum, n_batches, n_seq, lr = time.perf_counter(), 0.0, 0, 0, 0.0
         out_of_time = False
         for batch in sampler.epoch(epoch):
-            batch = batch.to(device)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=t.bf16):
-                loss = model_loss(
-                    model,  # type: ignore[arg-type]
-                    spec,
-                    batch.inputs,
-                    batch.positions,
-                    batch.targets,
-                    batch.negatives,
-                )
             lr = set_lr(step, time.perf_counter() - started)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if t.clip_norm > 0:
-                nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
-            optimizer.step()
+            loss_sum += train_step(model, spec, batch, optimizer, t, device)
             step += 1
-            loss_sum += float(loss.detach())
             n_batches += 1
             n_seq += batch.size
             bar.update(1)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
@@ -77,6 +78,12 @@ class NextItemConfig:
     # SASRec+'s init and Adam β2 and 40 instead of 25 minutes changed at the same time
     # (docs/sasrec.md).
     bucket_batches: int = 1
+    # How a batch's loss is normalised. "batch": the mean over its target positions (the
+    # original code). "epoch": the sum over them divided by the epoch's mean number of target
+    # positions per batch, so every position weighs the same whatever batch it falls in;
+    # with random batches the two agree in expectation, with length grouping only "epoch"
+    # keeps the objective of random batches.
+    loss_norm: Literal["batch", "epoch"] = "batch"
 
 
 @dataclass
@@ -86,6 +93,8 @@ class Batch:
     targets: torch.Tensor  # (M,) int64 item ids to predict at those positions, row-major order
     # (M, k) int64 sampled negatives per target position, or (B, k) per sequence
     negatives: torch.Tensor | None = None
+    # the training step multiplies the batch's mean loss by this (NextItemConfig.loss_norm)
+    loss_scale: float = 1.0
 
     @property
     def size(self) -> int:
@@ -94,7 +103,11 @@ class Batch:
     def to(self, device: torch.device | str) -> Batch:
         neg = None if self.negatives is None else self.negatives.to(device)
         return Batch(
-            self.inputs.to(device), self.positions.to(device), self.targets.to(device), neg
+            self.inputs.to(device),
+            self.positions.to(device),
+            self.targets.to(device),
+            neg,
+            self.loss_scale,
         )
 
 
@@ -291,6 +304,8 @@ class NextItemSampler:
         self.win_start, self.win_end = base + start, base + end  # inputs; targets one later
         self.user_start = train.offsets[keep[row]]  # the whole sequence, for the negatives
         self.user_end = train.offsets[keep[row] + 1]
+        # target positions per batch, on average over an epoch (loss_norm = "epoch")
+        self.mean_targets = (self.win_end - self.win_start).sum() / max(1, len(self))
 
     @property
     def n_windows(self) -> int:
@@ -326,4 +341,7 @@ class NextItemSampler:
             positions=torch.from_numpy(positions),
             targets=torch.from_numpy(targets[positions]),
             negatives=None if negatives is None else torch.from_numpy(negatives),
+            loss_scale=(
+                float(positions.sum() / self.mean_targets) if self.cfg.loss_norm == "epoch" else 1.0
+            ),
         )

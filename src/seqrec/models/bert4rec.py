@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from seqrec.models.dropout import DropoutKind, dropout
+
 __all__ = ["BERT4Rec", "BERT4RecConfig"]
 
 
@@ -43,6 +45,10 @@ class BERT4RecConfig:
     # LayerNorm + dropout on the summed item + position embedding: the original code (BERT's
     # embedding post-processor) does this; Eq. 4 writes only the sum.
     embedding_norm: bool = True
+    # "torch": nn.Dropout. "fast": the same inverted dropout with its mask drawn from 16 random
+    # bits per element (models/dropout.py), ~5x cheaper to draw on a CPU; a speed option, its
+    # effect on quality is measured in docs/performance.md.
+    dropout_impl: DropoutKind = "torch"
 
 
 class SelfAttention(nn.Module):
@@ -57,14 +63,17 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(cfg.d_model, cfg.d_model)
         self.attn_dropout = cfg.attn_dropout
 
-    def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, keep: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        """x (B, L, D) -> (B, L, D), or the last position's output only (B, 1, D)."""
         B, L, D = x.shape
         q, k, v = self.qkv(x).view(B, L, 3, self.n_heads, D // self.n_heads).unbind(2)
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, h, L, D/h)
+        if last_only:
+            q = q[:, -1:]
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, h, L or 1, D/h)
         y = F.scaled_dot_product_attention(
             q, k, v, attn_mask=keep, dropout_p=self.attn_dropout if self.training else 0.0
-        )  # (B, h, L, D/h)
-        return self.out(y.transpose(1, 2).reshape(B, L, D))
+        )  # (B, h, L or 1, D/h)
+        return self.out(y.transpose(1, 2).reshape(B, q.shape[2], D))
 
 
 class FeedForward(nn.Module):
@@ -88,10 +97,13 @@ class TransformerLayer(nn.Module):
         self.ln1 = nn.LayerNorm(cfg.d_model, eps=1e-12)  # BERT's epsilon
         self.ffn = FeedForward(cfg)
         self.ln2 = nn.LayerNorm(cfg.d_model, eps=1e-12)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = dropout(cfg.dropout, cfg.dropout_impl)
 
-    def forward(self, h: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-        a = self.ln1(h + self.dropout(self.attn(h, keep)))
+    def forward(self, h: torch.Tensor, keep: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        """h (B, L, D) -> (B, L, D); with `last_only` the last position's output only (B, 1, D),
+        every position still a key: what scoring needs from the last layer, at 1/L the cost."""
+        rows = slice(-1, None) if last_only else slice(None)
+        a = self.ln1(h[:, rows] + self.dropout(self.attn(h, keep, last_only)))
         return self.ln2(a + self.dropout(self.ffn(a)))
 
 
@@ -105,7 +117,7 @@ class BERT4Rec(nn.Module):
         self.item_emb = nn.Embedding(n_items + 2, cfg.d_model, padding_idx=0)
         self.pos_emb = nn.Embedding(cfg.max_len, cfg.d_model)  # P (N x d), learnable (§3.4)
         self.emb_norm = nn.LayerNorm(cfg.d_model, eps=1e-12) if cfg.embedding_norm else None
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = dropout(cfg.dropout, cfg.dropout_impl)
         self.layers = nn.ModuleList(TransformerLayer(cfg) for _ in range(cfg.n_layers))
         # Output (Eq. 7): GELU(h W^P + b^P) E^T + b^O
         self.head = nn.Linear(cfg.d_model, cfg.d_model)  # W^P, b^P
@@ -128,8 +140,9 @@ class BERT4Rec(nn.Module):
         """Histories the scorer reads: N - 1 items, the last slot is the appended [MASK]."""
         return self.cfg.max_len - 1
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """input_ids (B, L) left-padded, L <= N -> hidden states (B, L, D)."""
+    def forward(self, input_ids: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        """input_ids (B, L) left-padded, L <= N -> hidden states (B, L, D); `last_only`: the last
+        position's only, (B, 1, D)."""
         B, L = input_ids.shape
         if self.cfg.max_len < L:
             raise ValueError(f"input length {L} exceeds max_len {self.cfg.max_len}")
@@ -139,8 +152,8 @@ class BERT4Rec(nn.Module):
             h = self.emb_norm(h)
         h = self.dropout(h)
         keep = (input_ids != 0)[:, None, None, :]  # (B, 1, 1, L): attend to real tokens only
-        for layer in self.layers:
-            h = layer(h, keep)
+        for i, layer in enumerate(self.layers):
+            h = layer(h, keep, last_only=last_only and i == len(self.layers) - 1)
         return h
 
     def item_embeddings(self) -> torch.Tensor:
@@ -166,7 +179,7 @@ class BERT4Rec(nn.Module):
         B = histories.shape[0]
         mask = torch.full((B, 1), self.mask_id, dtype=histories.dtype, device=histories.device)
         inputs = torch.cat([histories[:, -self.max_len :], mask], dim=1)  # (B, L+1)
-        return self.forward(inputs)[:, -1]
+        return self.forward(inputs, last_only=True)[:, -1]
 
     @torch.no_grad()
     def score(self, histories: torch.Tensor) -> torch.Tensor:

@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from seqrec.models.dropout import DropoutKind, dropout
+
 __all__ = ["SASRec", "SASRecConfig"]
 
 
@@ -57,6 +59,10 @@ class SASRecConfig:
     # The prediction layer shares the input item embedding M (§III-D, the default). False gives
     # it its own embedding: the paper's "Unshared IE" ablation (Table IV) and gSASRec's default.
     shared_embedding: bool = True
+    # "torch": nn.Dropout. "fast": the same inverted dropout with its mask drawn from 16 random
+    # bits per element (models/dropout.py), ~5x cheaper to draw on a CPU; a speed option, its
+    # effect on quality is measured in docs/performance.md.
+    dropout_impl: DropoutKind = "torch"
 
 
 class CausalSelfAttention(nn.Module):
@@ -75,14 +81,15 @@ class CausalSelfAttention(nn.Module):
     def forward(
         self, queries: torch.Tensor, keys: torch.Tensor, keep: torch.Tensor
     ) -> torch.Tensor:
-        B, L, D = queries.shape
-        h = self.n_heads
-        q = self.q(queries).view(B, L, h, D // h).transpose(1, 2)  # (B, h, L, D/h)
+        """queries (B, Lq, D) attend to keys (B, L, D) where keep (B, 1, Lq, L) -> (B, Lq, D)."""
+        B, Lq, D = queries.shape
+        L, h = keys.shape[1], self.n_heads
+        q = self.q(queries).view(B, Lq, h, D // h).transpose(1, 2)  # (B, h, Lq, D/h)
         k, v = self.kv(keys).view(B, L, 2, h, D // h).permute(2, 0, 3, 1, 4)  # (B, h, L, D/h)
         y = F.scaled_dot_product_attention(
             q, k, v, attn_mask=keep, dropout_p=self.attn_dropout if self.training else 0.0
-        )  # (B, h, L, D/h)
-        return y.transpose(1, 2).reshape(B, L, D)
+        )  # (B, h, Lq, D/h)
+        return y.transpose(1, 2).reshape(B, Lq, D)
 
 
 class FeedForward(nn.Module):
@@ -92,7 +99,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.fc1 = nn.Linear(cfg.d_model, cfg.d_model)
         self.fc2 = nn.Linear(cfg.d_model, cfg.d_model)
-        self.dropout = nn.Dropout(inner_dropout)
+        self.dropout = dropout(inner_dropout, cfg.dropout_impl)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(self.dropout(F.relu(self.fc1(x))))
@@ -108,17 +115,21 @@ class Block(nn.Module):
         self.attn = CausalSelfAttention(cfg)
         self.ln2 = nn.LayerNorm(cfg.d_model, eps=1e-8)
         self.ffn = FeedForward(cfg, cfg.dropout if self.original else 0.0)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = dropout(cfg.dropout, cfg.dropout_impl)
 
-    def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, keep: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        """x (B, L, D) -> (B, L, D); with `last_only` the last position's output only (B, 1, D),
+        every position still a key: what scoring needs from the last block, at 1/L the cost."""
+        rows = slice(-1, None) if last_only else slice(None)
+        keep = keep[:, :, rows]
         if self.original:
-            q = self.ln1(x)
-            x = q + self.attn(q, x, keep)  # original code: keys from x, residual from LN(x)
-            f = self.ln2(x)
+            q = self.ln1(x)[:, rows]
+            y = q + self.attn(q, x, keep)  # original code: keys from x, residual from LN(x)
+            f = self.ln2(y)
             return f + self.dropout(self.ffn(f))  # original code: residual from LN(x)
         a = self.ln1(x)
-        x = x + self.dropout(self.attn(a, a, keep))
-        return x + self.dropout(self.ffn(self.ln2(x)))
+        y = x[:, rows] + self.dropout(self.attn(a[:, rows], a, keep))
+        return y + self.dropout(self.ffn(self.ln2(y)))
 
 
 class SASRec(nn.Module):
@@ -129,7 +140,9 @@ class SASRec(nn.Module):
         # M: rows 0 (padding, kept at zero) and 1..n; shared with the prediction layer (§III-D)
         self.item_emb = nn.Embedding(n_items + 1, cfg.d_model, padding_idx=0)
         self.pos_emb = nn.Embedding(cfg.max_len, cfg.d_model)  # P (n x d), learnable
-        self.dropout = nn.Dropout(cfg.dropout)  # on the input embedding (§III-C "Dropout")
+        self.dropout = dropout(
+            cfg.dropout, cfg.dropout_impl
+        )  # on the input embedding (§III-C "Dropout")
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.final_norm = nn.LayerNorm(cfg.d_model, eps=1e-8) if cfg.final_norm else None
         # N: the prediction layer's item embedding when it is not M (§III-D, Eq. 7)
@@ -155,9 +168,9 @@ class SASRec(nn.Module):
         """Histories the scorer reads: the last n items."""
         return self.cfg.max_len
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, last_only: bool = False) -> torch.Tensor:
         """input_ids (B, L) left-padded, L <= n -> hidden states F (B, L, D); F_t depends on
-        s_1..s_t only."""
+        s_1..s_t only. `last_only`: F at the last position only, (B, 1, D)."""
         B, L = input_ids.shape
         if self.cfg.max_len < L:
             raise ValueError(f"input length {L} exceeds max_len {self.cfg.max_len}")
@@ -172,8 +185,8 @@ class SASRec(nn.Module):
         causal = torch.ones(L, L, dtype=torch.bool, device=input_ids.device).tril()
         diagonal = torch.eye(L, dtype=torch.bool, device=input_ids.device)
         keep = (causal & (real[:, None, :] | diagonal))[:, None]  # (B, 1, L, L)
-        for layer in self.layers:
-            x = layer(x, keep)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, keep, last_only=last_only and i == len(self.layers) - 1)
         if self.final_norm is not None:
             x = self.final_norm(x)  # original code
         return x
@@ -195,7 +208,7 @@ class SASRec(nn.Module):
 
     def user_vector(self, histories: torch.Tensor) -> torch.Tensor:
         """histories (B, L) left-padded -> (B, D): F at the last position (§III-D)."""
-        return self.forward(histories[:, -self.max_len :])[:, -1]
+        return self.forward(histories[:, -self.max_len :], last_only=True)[:, -1]
 
     @torch.no_grad()
     def score(self, histories: torch.Tensor) -> torch.Tensor:
