@@ -98,6 +98,9 @@ class TrainConfig:
     # Only the full-catalogue CE's two big matmuls in bfloat16 (the softmax stays fp32), the
     # model in fp32: most of `bf16`'s gain for `ce` on CPUs without AMX (docs/performance.md).
     loss_bf16: bool = False
+    # On CUDA only: float32 matmuls on TF32 tensor cores (10-bit mantissa inputs, fp32
+    # accumulation), the usual setting for training transformers on Ampere and later GPUs.
+    tf32: bool = True
     threads: int = 0  # torch intra-op threads; 0 = PyTorch's default (one per core)
 
 

@@ -221,6 +221,9 @@ def fit(
     if t.decay == "budget" and not t.time_budget:
         raise ConfigError('train.decay = "budget" needs train.time_budget')
     device = resolve_device(t.device)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = t.tf32
+        torch.backends.cudnn.allow_tf32 = t.tf32
     if t.threads > 0:
         torch.set_num_threads(t.threads)
 

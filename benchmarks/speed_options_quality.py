@@ -1,0 +1,135 @@
+"""Do the speed options change quality? For each shipped ML-1M config, train it as shipped and
+with the speed options, the same number of epochs and the same schedule, and compare validation
+full-ranking NDCG@10 epoch by epoch, test metrics under every protocol, and sequences/s.
+
+    python benchmarks/speed_options_quality.py [--data-dir DIR] [--pairs bce,ce,bert4rec]
+        [--runs-dir DIR] [--name speed_options_quality]
+
+Finished run directories (`<runs-dir>/q-<pair>-faithful`, `q-<pair>-fast`) are reported as
+they were trained; the two runs of a pair must not run at the same time as anything else if
+their sequences/s are to be compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from _common import data_dir, write_results
+from seqrec.config import RunConfig, load_config
+from seqrec.data import download
+from seqrec.data.prepared import prepare
+from seqrec.train import fit
+
+GROUPED = ["next_item.bucket_batches=32", "next_item.loss_norm=epoch"]
+# pair -> (model, shipped config, overrides of both runs, overrides of the fast run only)
+PAIRS: dict[str, tuple[str, str, list[str], list[str]]] = {
+    "bce": (
+        "sasrec",
+        "ml-1m-sasrec",
+        ["train.max_epochs=25", "train.eval_every=5"],
+        ["sasrec.attn_dropout=0", "sasrec.dropout_impl=fast", *GROUPED],
+    ),
+    "ce": (
+        "sasrec",
+        "ml-1m-sasrec-ce",
+        ["train.max_epochs=15", "train.eval_every=5", "train.decay=none"],
+        ["train.loss_bf16=true", "sasrec.dropout_impl=fast", *GROUPED],
+    ),
+    "b4r": (
+        "bert4rec",
+        "ml-1m-bert4rec",
+        ["train.max_epochs=8", "train.eval_every=4", "train.decay=epochs"],
+        ["bert4rec.dropout_impl=fast", "train.loss_bf16=true"],
+    ),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--data-dir")
+    ap.add_argument("--pairs", default=",".join(PAIRS))
+    ap.add_argument("--runs-dir", help="run directories (default: $SEQREC_HOME/runs)")
+    ap.add_argument("--name", default="speed_options_quality")
+    args = ap.parse_args()
+    src = data_dir(args.data_dir) / "bert4rec-paper" / "ml-1m.txt.gz"
+    runs = Path(args.runs_dir) if args.runs_dir else download.cache_dir() / "runs"
+    rows: list[dict[str, Any]] = []
+    for pair in args.pairs.split(","):
+        model, config, both, fast = PAIRS[pair]
+        for kind, overrides in (("faithful", both), ("fast", [*both, *fast])):
+            cfg = load_config(RunConfig, config, overrides)
+            ds = prepare(src, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=False)
+            out = runs / f"q-{pair}-{kind}"
+            if (out / "metrics.json").exists():
+                _check_same(cfg, out)
+                metrics = json.loads((out / "metrics.json").read_text())
+            else:
+                metrics = fit(ds, cfg, out, source={"data": str(src)}).metrics
+            log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+            key = "valid_full_ndcg@10"
+            rows.append(
+                {
+                    "pair": pair,
+                    "model": model,
+                    "config": config,
+                    "kind": kind,
+                    "overrides": overrides,
+                    "curve": [(h["epoch"], h[key]) for h in log if key in h],
+                    "test": metrics["test"],
+                    "epochs": metrics["epochs"],
+                    "seq_per_s": metrics["seq_per_s"],
+                    "run_dir": str(out),
+                }
+            )
+        _write(args, rows)
+
+
+def _check_same(cfg: RunConfig, out: Path) -> None:
+    """A reused run must have been trained with these settings (keys added to the config
+    since it ran are left out: the run had their default behaviour)."""
+    import dataclasses
+
+    want = json.loads(json.dumps(dataclasses.asdict(cfg)))
+    ran = json.loads((out / "config.json").read_text())
+    for section, values in ran.items():
+        if section == "source":
+            continue
+        if isinstance(values, dict):
+            differ = [k for k, v in values.items() if want[section].get(k) != v]
+        else:
+            differ = [section] if want.get(section) != values else []
+        if differ:
+            raise SystemExit(f"{out}: trained with other {section} settings ({differ[0]})")
+
+
+def _write(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
+    lines = [
+        "# Speed options against the faithful settings, ML-1M (papers' file)",
+        "",
+        "Each pair: the same config, schedule and number of epochs; the fast run adds the "
+        "speed options listed. Validation: full-ranking NDCG@10 at the epochs shown. Test: the "
+        "state chosen on validation, evaluated once. seq/s: the run's own training throughput "
+        "(comparable within a pair only when nothing else ran beside it).",
+        "",
+        "| pair | run | speed options | validation NDCG@10 by epoch | test full NDCG@10 "
+        "| test uni100 NDCG@10 | test pop100 NDCG@10 | seq/s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        _, _, both, _ = PAIRS[r["pair"]]
+        extra = [o for o in r["overrides"] if o not in both] or ["(none)"]
+        curve = ", ".join(f"{e}: {v:.4f}" for e, v in r["curve"])
+        t = r["test"]
+        lines.append(
+            f"| {r['pair']} (`{r['config']}`) | {r['kind']} | {', '.join(extra)} | {curve} "
+            f"| {t['full']['ndcg@10']:.4f} | {t['uni100']['ndcg@10']:.4f} "
+            f"| {t['pop100']['ndcg@10']:.4f} | {r['seq_per_s']:.0f} |"
+        )
+    write_results(args.name, {"rows": rows}, "\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
