@@ -50,16 +50,17 @@ CE_CHUNK_ROWS = 512
 
 
 class _ChunkedCrossEntropy(torch.autograd.Function):
-    """Mean softmax cross-entropy of `z @ W^T + b` without keeping the (M, V) logits: the forward
-    pass keeps only each row's log-sum-exp, the backward pass recomputes the logits chunk by chunk
-    (one extra matmul) and forms softmax - one_hot in place."""
+    """Mean softmax cross-entropy of `z @ W^T (+ b)` without keeping the (M, V) logits: the
+    forward pass keeps only each row's log-sum-exp, the backward pass recomputes the logits chunk
+    by chunk (one extra matmul) and forms softmax - one_hot in place. `bias` may be None (no
+    bias: nothing is added, no gradient formed)."""
 
     @staticmethod
     def forward(
         ctx: Any,
         z: torch.Tensor,  # (M, D)
         weight: torch.Tensor,  # (V, D)
-        bias: torch.Tensor,  # (V,)
+        bias: torch.Tensor | None,  # (V,)
         targets: torch.Tensor,  # (M,) in 0..V-1
         bf16: bool,
     ) -> torch.Tensor:
@@ -71,16 +72,17 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         ctx: Any,
         z: torch.Tensor,
         weight: torch.Tensor,
-        bias: torch.Tensor,
+        bias: torch.Tensor | None,
         targets: torch.Tensor,
         bf16: bool,
     ) -> torch.Tensor:
         M = z.shape[0]
         lse = torch.empty(M, dtype=torch.float32, device=z.device)
         total = torch.zeros((), dtype=torch.float32, device=z.device)
+        w = _mm_operand(weight, bf16)  # converted once, not per chunk
         for lo in range(0, M, CE_CHUNK_ROWS):
             hi = min(lo + CE_CHUNK_ROWS, M)
-            logits = _logits(z[lo:hi], weight, bias, bf16)  # (C, V)
+            logits = _logits(z[lo:hi], w, bias, bf16)  # (C, V)
             lse[lo:hi] = torch.logsumexp(logits, dim=1)
             total += (lse[lo:hi] - logits.gather(1, targets[lo:hi, None])[:, 0]).sum()
         ctx.save_for_backward(z, weight, bias, targets, lse)
@@ -99,26 +101,37 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         scale = grad / max(M, 1)
         dz = torch.empty(z.shape, dtype=torch.float32, device=z.device)
         dw = torch.zeros(weight.shape, dtype=torch.float32, device=z.device)
-        db = torch.zeros(bias.shape, dtype=torch.float32, device=z.device)
+        db = None if bias is None else torch.zeros(bias.shape, dtype=torch.float32, device=z.device)
+        w = _mm_operand(weight, ctx.bf16)
         for lo in range(0, M, CE_CHUNK_ROWS):
             hi = min(lo + CE_CHUNK_ROWS, M)
-            p = _logits(z[lo:hi], weight, bias, ctx.bf16)  # (C, V)
+            p = _logits(z[lo:hi], w, bias, ctx.bf16)  # (C, V)
             p.sub_(lse[lo:hi, None]).exp_()  # softmax
             rows = torch.arange(hi - lo, device=z.device)
             p[rows, targets[lo:hi]] -= 1.0  # softmax - one_hot
             p.mul_(scale)
-            db += p.sum(0)
-            mm_dtype = torch.bfloat16 if ctx.bf16 else torch.float32
-            p_mm = p.to(mm_dtype)
-            dz[lo:hi] = (p_mm @ weight.to(mm_dtype)).float()
-            dw += (p_mm.T @ z[lo:hi].to(mm_dtype)).float()
-        return dz.to(z.dtype), dw.to(weight.dtype), db.to(bias.dtype), None, None
+            if db is not None:
+                db += p.sum(0)
+            p_mm = _mm_operand(p, ctx.bf16)
+            dz[lo:hi] = (p_mm @ w).float()
+            dw += (p_mm.T @ _mm_operand(z[lo:hi], ctx.bf16)).float()
+        db_out = None if db is None or bias is None else db.to(bias.dtype)
+        return dz.to(z.dtype), dw.to(weight.dtype), db_out, None, None
 
 
-def _logits(z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, bf16: bool) -> torch.Tensor:
-    if bf16:
-        return (z.bfloat16() @ weight.bfloat16().T).float() + bias.float()
-    return torch.addmm(bias.float(), z.float(), weight.float().T)
+def _mm_operand(x: torch.Tensor, bf16: bool) -> torch.Tensor:
+    """x as a matmul operand: bfloat16 under `bf16`, else float32."""
+    return x.bfloat16() if bf16 else x.float()
+
+
+def _logits(
+    z: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, bf16: bool
+) -> torch.Tensor:
+    """(C, V) float32 logits of the chunk z (C, D) against w (V, D), already a matmul operand."""
+    logits = (_mm_operand(z, bf16) @ w.T).float()
+    if bias is not None:
+        logits += bias.float()
+    return logits
 
 
 def full_cross_entropy(
@@ -137,8 +150,6 @@ def full_cross_entropy(
     """
     if z.shape[0] == 0:
         return z.sum() * 0.0
-    if bias is None:
-        bias = torch.zeros(weight.shape[0], dtype=weight.dtype, device=weight.device)
     out: torch.Tensor = _ChunkedCrossEntropy.apply(z, weight, bias, targets - 1, bf16)
     return out
 
