@@ -45,3 +45,15 @@ def data_dir(arg: str | None) -> Path:
             "to a folder laid out like shared/data"
         )
     return Path(root)
+
+
+def paper_ml1m(arg: str | None) -> Path:
+    """The BERT4Rec authors' ML-1M file under the real-data folder (see `data_dir`)."""
+    return data_dir(arg) / "bert4rec-paper" / "ml-1m.txt.gz"
+
+
+def runs_dir(arg: str | None) -> Path:
+    """Where benchmark runs live: --runs-dir, else $SEQREC_HOME/runs."""
+    from seqrec.data import download
+
+    return Path(arg) if arg else download.cache_dir() / "runs"

@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from _common import data_dir, write_results
+from _common import paper_ml1m, write_results
 from seqrec.config import RunConfig, load_config
 from seqrec.data import download
 from seqrec.data.prepared import prepare
@@ -30,7 +30,7 @@ def main() -> None:
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--name", default="bert4rec_ml1m", help="results file name")
     args = ap.parse_args()
-    src = data_dir(args.data_dir) / "bert4rec-paper" / "ml-1m.txt.gz"
+    src = paper_ml1m(args.data_dir)
     cfg = load_config(RunConfig, args.config, args.set)
     ds = prepare(src, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=False)
     out = Path(args.out) if args.out else download.cache_dir() / "runs" / args.name

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from _common import data_dir, write_results
+from _common import paper_ml1m, write_results
 from seqrec.config import RunConfig, load_config
 from seqrec.data import download
 from seqrec.data.prepared import prepare
@@ -76,7 +76,7 @@ def main() -> None:
     ap.add_argument("--models", default="bert4rec,sasrec")
     ap.add_argument("--name", default="peers")
     args = ap.parse_args()
-    src = data_dir(args.data_dir) / "bert4rec-paper" / "ml-1m.txt.gz"
+    src = paper_ml1m(args.data_dir)
     home = download.cache_dir()
     python = ensure_venv(Path(args.venv) if args.venv else home / "peers-venv")
     rows: list[dict[str, Any]] = []

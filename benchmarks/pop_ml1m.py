@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import data_dir, write_results
+from _common import paper_ml1m, write_results
 from seqrec.config import EvalConfig
 from seqrec.data.prepared import prepare
 from seqrec.models.baselines import Popularity
@@ -23,7 +23,7 @@ def main() -> None:
     ap.add_argument("--data-dir")
     ap.add_argument("--seed", type=int, default=EvalConfig().negative_seed)
     args = ap.parse_args()
-    src = data_dir(args.data_dir) / "bert4rec-paper" / "ml-1m.txt.gz"
+    src = paper_ml1m(args.data_dir)
     eval_cfg = EvalConfig(negative_seed=args.seed)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()

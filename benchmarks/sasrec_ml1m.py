@@ -15,9 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from _common import data_dir, write_results
+from _common import paper_ml1m, runs_dir, write_results
 from seqrec.config import RunConfig, load_config
-from seqrec.data import download
 from seqrec.data.prepared import prepare
 from seqrec.report import metrics_table
 from seqrec.train import fit
@@ -53,8 +52,8 @@ def main() -> None:
     ap.add_argument("--runs-dir", help="run directories (default: $SEQREC_HOME/runs)")
     ap.add_argument("--name", default="sasrec_ml1m", help="results file name")
     args = ap.parse_args()
-    src = data_dir(args.data_dir) / "bert4rec-paper" / "ml-1m.txt.gz"
-    runs = Path(args.runs_dir) if args.runs_dir else download.cache_dir() / "runs"
+    src = paper_ml1m(args.data_dir)
+    runs = runs_dir(args.runs_dir)
     done: dict[str, Any] = {}
     for variant in args.variants.split(","):
         config, label, published = VARIANTS[variant]

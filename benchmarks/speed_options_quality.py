@@ -17,9 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from _common import data_dir, write_results
+from _common import paper_ml1m, runs_dir, write_results
 from seqrec.config import RunConfig, load_config
-from seqrec.data import download
 from seqrec.data.prepared import prepare
 from seqrec.train import fit
 
@@ -54,8 +53,8 @@ def main() -> None:
     ap.add_argument("--runs-dir", help="run directories (default: $SEQREC_HOME/runs)")
     ap.add_argument("--name", default="speed_options_quality")
     args = ap.parse_args()
-    src = data_dir(args.data_dir) / "bert4rec-paper" / "ml-1m.txt.gz"
-    runs = Path(args.runs_dir) if args.runs_dir else download.cache_dir() / "runs"
+    src = paper_ml1m(args.data_dir)
+    runs = runs_dir(args.runs_dir)
     rows: list[dict[str, Any]] = []
     for pair in args.pairs.split(","):
         model, config, both, fast = PAIRS[pair]

@@ -21,7 +21,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from _common import data_dir, write_results
+from _common import paper_ml1m, write_results
 from seqrec import checkpoint as ckpt
 from seqrec.config import RunConfig, load_config
 from seqrec.data.prepared import prepare
@@ -98,7 +98,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--name", default="throughput")
     args = ap.parse_args()
-    src = data_dir(args.data_dir) / "bert4rec-paper" / "ml-1m.txt.gz"
+    src = paper_ml1m(args.data_dir)
     variants: dict[str, list[str]] = {"as shipped": []}
     for spec in args.variant or ["bf16=train.bf16=true"]:
         name, _, sets = spec.partition("=")

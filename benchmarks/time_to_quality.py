@@ -18,9 +18,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from _common import RESULTS, data_dir, write_results
+from _common import RESULTS, paper_ml1m, runs_dir, write_results
 from seqrec.config import RunConfig, load_config
-from seqrec.data import download
 from seqrec.data.prepared import prepare
 from seqrec.train import fit
 
@@ -61,8 +60,8 @@ def main() -> None:
     ap.add_argument("--runs-dir", help="run directories (default: $SEQREC_HOME/runs)")
     ap.add_argument("--name", default="time_to_quality")
     args = ap.parse_args()
-    src = data_dir(args.data_dir) / "bert4rec-paper" / "ml-1m.txt.gz"
-    runs = Path(args.runs_dir) if args.runs_dir else download.cache_dir() / "runs"
+    src = paper_ml1m(args.data_dir)
+    runs = runs_dir(args.runs_dir)
     results: list[dict[str, Any]] = []
     curves: Curves = {}
     targets: dict[str, float] = {}
