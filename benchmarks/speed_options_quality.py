@@ -6,7 +6,8 @@ full-ranking NDCG@10 epoch by epoch, test metrics under every protocol, and sequ
         [--runs-dir DIR] [--name speed_options_quality]
 
 Finished run directories (`<runs-dir>/q-<pair>-faithful`, `q-<pair>-fast`) are reported as
-they were trained; the two runs of a pair must not run at the same time as anything else if
+they were trained (pairs with the same config and schedule may share one faithful run: link
+its directory); the two runs of a pair must not run at the same time as anything else if
 their sequences/s are to be compared.
 """
 
@@ -36,6 +37,19 @@ PAIRS: dict[str, tuple[str, str, list[str], list[str]]] = {
         "ml-1m-sasrec-ce",
         ["train.max_epochs=15", "train.eval_every=5", "train.decay=none"],
         ["train.loss_bf16=true", "sasrec.dropout_impl=fast", *GROUPED],
+    ),
+    # the CE pair's options one group at a time (which one costs quality per epoch?)
+    "ce-drop-bf16": (
+        "sasrec",
+        "ml-1m-sasrec-ce",
+        ["train.max_epochs=15", "train.eval_every=5", "train.decay=none"],
+        ["train.loss_bf16=true", "sasrec.dropout_impl=fast"],
+    ),
+    "ce-group": (
+        "sasrec",
+        "ml-1m-sasrec-ce",
+        ["train.max_epochs=15", "train.eval_every=5", "train.decay=none"],
+        GROUPED,
     ),
     "b4r": (
         "bert4rec",
