@@ -57,3 +57,19 @@ def runs_dir(arg: str | None) -> Path:
     from seqrec.data import download
 
     return Path(arg) if arg else download.cache_dir() / "runs"
+
+
+def train_or_reuse(
+    ds: Any, cfg: Any, out: Path, src: Path
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The run in `out`: a finished one is reported as it was trained, an interrupted one is
+    resumed, else it is trained. Returns its metrics and its per-epoch log."""
+    from seqrec.train import fit
+
+    if (out / "metrics.json").exists():
+        metrics = json.loads((out / "metrics.json").read_text())
+    else:
+        resume = (out / "checkpoint.pt").exists()
+        metrics = fit(ds, cfg, out, resume=resume, source={"data": str(src)}).metrics
+    log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    return metrics, log

@@ -15,11 +15,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from _common import paper_ml1m, runs_dir, write_results
+from _common import paper_ml1m, runs_dir, train_or_reuse, write_results
 from seqrec.config import RunConfig, load_config
 from seqrec.data.prepared import prepare
 from seqrec.report import metrics_table
-from seqrec.train import fit
 
 # variant -> (shipped config, label in the tables, the published number it is compared with)
 VARIANTS: dict[str, tuple[str, str, str]] = {
@@ -61,12 +60,7 @@ def main() -> None:
         cfg = load_config(RunConfig, config, overrides)
         ds = prepare(src, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=False)
         out = runs / f"{args.name}-{variant}"
-        if (out / "metrics.json").exists():  # a finished run: report it as it was trained
-            metrics = json.loads((out / "metrics.json").read_text())
-        else:
-            resume = (out / "checkpoint.pt").exists()
-            metrics = fit(ds, cfg, out, resume=resume, source={"data": str(src)}).metrics
-        log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+        metrics, log = train_or_reuse(ds, cfg, out, src)
         done[variant] = {
             "config": config,
             # what the run was trained with, against the shipped config

@@ -18,10 +18,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from _common import paper_ml1m, runs_dir, write_results
+from _common import paper_ml1m, runs_dir, train_or_reuse, write_results
 from seqrec.config import RunConfig, load_config
 from seqrec.data.prepared import prepare
-from seqrec.train import fit
 
 GROUPED = ["next_item.bucket_batches=32", "next_item.loss_norm=epoch"]
 # pair -> (model, shipped config, overrides of both runs, overrides of the fast run only)
@@ -76,12 +75,9 @@ def main() -> None:
             cfg = load_config(RunConfig, config, overrides)
             ds = prepare(src, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=False)
             out = runs / f"q-{pair}-{kind}"
-            if (out / "metrics.json").exists():
+            if (out / "config.json").exists():
                 _check_same(cfg, out)
-                metrics = json.loads((out / "metrics.json").read_text())
-            else:
-                metrics = fit(ds, cfg, out, source={"data": str(src)}).metrics
-            log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+            metrics, log = train_or_reuse(ds, cfg, out, src)
             key = "valid_full_ndcg@10"
             rows.append(
                 {

@@ -14,14 +14,12 @@ Default runs: BERT4Rec (ml-1m-bert4rec, 15 minutes, target 0.152) and SASRec+CE
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
-from _common import RESULTS, paper_ml1m, runs_dir, write_results
+from _common import RESULTS, paper_ml1m, runs_dir, train_or_reuse, write_results
 from seqrec.config import RunConfig, load_config
 from seqrec.data.prepared import prepare
-from seqrec.train import fit
 
 DEFAULT_RUNS = ("bert4rec:ml-1m-bert4rec:15m:0.152", "sasrec:ml-1m-sasrec-ce:10m:0.18")
 
@@ -78,11 +76,7 @@ def main() -> None:
             raise SystemExit(f"{config} trains {cfg.model}, not {model}")
         ds = prepare(src, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=False)
         out = runs / f"{args.name}-{config}"
-        if (out / "metrics.json").exists():  # a finished run: report it as it was trained
-            metrics = json.loads((out / "metrics.json").read_text())
-        else:
-            metrics = fit(ds, cfg, out, resume=(out / "checkpoint.pt").exists()).metrics
-        log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+        metrics, log = train_or_reuse(ds, cfg, out, src)
         key = "valid_full_ndcg@10"
         curve = [(h["elapsed_s"], h[key]) for h in log if key in h]
         label = f"{model} ({config})"
