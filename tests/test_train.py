@@ -169,3 +169,42 @@ def test_loss_bf16_puts_only_the_loss_matmuls_in_bf16() -> None:
     for key in ("bf16", "loss_bf16"):
         cfg = from_dict(RunConfig, {"train": {key: True}})
         assert loss_spec(cfg, 10).bf16
+
+
+def test_init_from_starts_from_the_best_weights_of_another_run(
+    toy: PreparedDataset, tmp_path: Path
+) -> None:
+    first = fit(toy, _config(max_epochs=2, eval_every=1), tmp_path / "first", progress=False)
+    # lr 0: the warm-started run never moves, so it must end on the first run's weights
+    again = fit(
+        toy,
+        _config(max_epochs=1, lr=0.0, init_from=str(tmp_path / "first")),
+        tmp_path / "again",
+        progress=False,
+    )
+    for name, tensor in first.model.state_dict().items():
+        assert torch.equal(tensor, again.model.state_dict()[name]), name
+    assert again.metrics["test"] == first.metrics["test"]
+    fresh = fit(toy, _config(max_epochs=1, lr=0.0), tmp_path / "fresh", progress=False)
+    assert fresh.metrics["test"] != first.metrics["test"]
+    recorded = json.loads((tmp_path / "again" / "config.json").read_text())
+    assert recorded["train"]["init_from"] == str(tmp_path / "first")
+
+
+def test_init_from_refuses_another_model_shape(toy: PreparedDataset, tmp_path: Path) -> None:
+    fit(toy, _config(max_epochs=1), tmp_path / "first", progress=False)
+    wider = _config(max_epochs=1, init_from=str(tmp_path / "first"))
+    wider = from_dict(
+        RunConfig,
+        {**_asdict(wider), "bert4rec": {**_asdict(wider)["bert4rec"], "d_model": 16}},
+    )
+    with pytest.raises(ConfigError, match=r"init_from .*d_model 32 vs 16"):
+        fit(toy, wider, tmp_path / "wider", progress=False)
+    with pytest.raises(ConfigError, match="not a run directory"):
+        fit(toy, _config(init_from=str(tmp_path / "none")), tmp_path / "x", progress=False)
+
+
+def _asdict(cfg: RunConfig) -> dict:  # type: ignore[type-arg]
+    import dataclasses
+
+    return dataclasses.asdict(cfg)

@@ -102,6 +102,10 @@ class TrainConfig:
     # accumulation), the usual setting for training transformers on Ampere and later GPUs.
     tf32: bool = True
     threads: int = 0  # torch intra-op threads; 0 = PyTorch's default (one per core)
+    # A run directory whose best weights start this run (a warm restart: fresh optimiser,
+    # warm-up and decay). It must hold the same model settings and the same items. None = the
+    # initialisation of the model config.
+    init_from: str | None = None
 
 
 @dataclass(frozen=True)

@@ -243,6 +243,8 @@ def fit(
 
     torch.manual_seed(t.seed)  # initial weights
     model = ckpt.build_model(cfg, ds.n_items).to(device)
+    if t.init_from and state is None:
+        _warm_start(model, Path(t.init_from), cfg, ds)
     sampler = TASKS[cfg.model](cfg, ds)
     optimizer = make_optimizer(model, cfg)
     total_steps = t.max_epochs * len(sampler)
@@ -402,6 +404,28 @@ def fit(
     ckpt.save_torch(run_dir / ckpt.WEIGHTS, model.state_dict())
     ckpt.write_json(run_dir / ckpt.METRICS, metrics)
     return FitResult(run_dir, model, metrics)
+
+
+def _warm_start(model: nn.Module, source: Path, cfg: RunConfig, ds: PreparedDataset) -> None:
+    """Load the best weights of the run in `source` into `model` (train.init_from), after
+    checking that they fit `cfg`'s model and `ds`'s items."""
+    where = f"train.init_from {source}"
+    src_cfg = ckpt.read_config(source)
+    if src_cfg.model != cfg.model:
+        raise ConfigError(f"{where}: a {src_cfg.model} run; expected a {cfg.model} run")
+    mine, theirs = getattr(cfg, cfg.model), getattr(src_cfg, cfg.model)
+    shape = ("max_len", "d_model", "n_layers", "n_heads")
+    diff = [f"{k} {getattr(theirs, k)} vs {getattr(mine, k)}" for k in shape]
+    diff = [d for d, k in zip(diff, shape, strict=True) if getattr(theirs, k) != getattr(mine, k)]
+    if diff:
+        raise ConfigError(f"{where}: another model shape ({', '.join(diff)})")
+    if json.loads((source / ckpt.VOCAB).read_text())["items"] != ds.item_ids:
+        raise ConfigError(f"{where}: the run was trained on another dataset's items")
+    try:
+        model.load_state_dict(ckpt.load_run(source).model.state_dict())
+    except RuntimeError as err:  # e.g. a shared vs a separate output embedding
+        first = str(err).strip().splitlines()[0]
+        raise ConfigError(f"{where}: its weights do not fit this model ({first})") from None
 
 
 def _write_log(run_dir: Path, history: list[dict[str, Any]]) -> None:
