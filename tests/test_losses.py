@@ -145,6 +145,29 @@ def test_gbce_hand_computed() -> None:
     assert float(gbce_loss(pos, neg, 1.0)) == pytest.approx(float(bce_loss(pos, neg)))
 
 
+def test_prior_offset_shifts_every_score_by_log_beta_over_k() -> None:
+    # bce with k = 1 (the paper): log(1 / 1) = 0, the option changes nothing
+    assert losses.prior_logit(LossSpec("bce", n_items=101, n_negatives=1)) == 0.0
+    assert losses.prior_logit(LossSpec("bce", n_items=101, n_negatives=4)) == pytest.approx(
+        math.log(1 / 4)
+    )
+    gbce = LossSpec("gbce", n_items=101, n_negatives=4, gbce_t=0.75, prior_offset=True)
+    c = losses.prior_logit(gbce)
+    assert c == pytest.approx(math.log(0.28 / 4))  # β = 0.28 (above)
+    pos, neg = torch.tensor([0.3, -0.2]), torch.tensor([[-1.0, 0.5, 0.0, 2.0], [1, 1, 0, -2.0]])
+    want = gbce_loss(pos + c, neg + c, 0.28)
+    assert float(losses.SAMPLED_LOSSES["gbce"](gbce, pos, neg)) == pytest.approx(float(want))
+    # at the balance point the mean gradient of a common shift vanishes: β (1 - σ(c)) = k σ(c)
+    shift = torch.zeros((), requires_grad=True)
+    losses.SAMPLED_LOSSES["gbce"](
+        gbce, torch.zeros(1) + shift, torch.zeros(1, 4) + shift
+    ).backward()
+    assert shift.grad is not None and abs(float(shift.grad)) < 1e-6
+    bce = LossSpec("bce", n_items=101, n_negatives=4, prior_offset=True)
+    got = losses.SAMPLED_LOSSES["bce"](bce, pos, neg)
+    assert float(got) == pytest.approx(float(bce_loss(pos + math.log(0.25), neg + math.log(0.25))))
+
+
 def test_item_loss_scores_against_the_embedding_naively() -> None:
     g = torch.Generator().manual_seed(0)
     z, w = torch.randn(3, 4, generator=g), torch.randn(6, 4, generator=g)

@@ -87,6 +87,11 @@ class TrainConfig:
     negatives_per: Literal["position", "sequence"] = "position"
     gbce_t: float = 0.75  # gBCE calibration t (Petrov & Macdonald 2023's default)
     logq: bool = False  # sampled_softmax: subtract log(k q(j)) from each negative's score
+    # bce/gbce: add log(beta / k) to every score, so training starts where the positive and the
+    # k negatives balance instead of at sigmoid 0.5 (a constant: the ranking is unchanged; 0 for
+    # k = 1 BCE). DEVIATION from gSASRec, off by default: with 256 negatives and no offset our
+    # SASRec collapses to one hidden state for every history (docs/sasrec.md).
+    prior_offset: bool = False
     eval_every: int = 1  # validate every k epochs
     patience: int = 10  # validations without improvement before stopping; 0 = never stop early
     val_protocol: str = "full"  # early stopping / best state: this protocol on VALIDATION

@@ -246,6 +246,7 @@ class LossSpec:
     gbce_t: float = 0.75  # gSASRec's calibration t
     logq: bool = False  # sampled_softmax: logQ correction
     bf16: bool = False  # ce: the big matmuls in bfloat16
+    prior_offset: bool = False  # bce/gbce: add `prior_logit(self)` to every score
 
     @property
     def needs_negatives(self) -> bool:
@@ -255,8 +256,26 @@ class LossSpec:
 Tensor = torch.Tensor
 
 
+def prior_logit(spec: LossSpec) -> float:
+    """log(β / k): the score at which a positive weighted β and k negatives balance (β = 1 for
+    `bce`). Sigmoid losses with many negatives start far from it (σ = 0.5 for every score), and
+    the first updates then push all scores down by a large constant vector that the model builds
+    into its hidden states, which can drown the history's signal (docs/sasrec.md). Adding this
+    constant to every score starts training at the balance instead; a constant shift leaves the
+    ranking of the items unchanged. It is 0 for the paper's BCE with one negative."""
+    beta = gbce_beta(spec.n_negatives, spec.n_items, spec.gbce_t) if spec.name == "gbce" else 1.0
+    return math.log(beta / spec.n_negatives)
+
+
+def _offset(spec: LossSpec, pos: Tensor, neg: Tensor) -> tuple[Tensor, Tensor]:
+    if not spec.prior_offset:
+        return pos, neg
+    c = prior_logit(spec)
+    return pos + c, neg + c
+
+
 def _bce(spec: LossSpec, pos: Tensor, neg: Tensor) -> Tensor:
-    return bce_loss(pos, neg)
+    return bce_loss(*_offset(spec, pos, neg))
 
 
 def _sampled_softmax(spec: LossSpec, pos: Tensor, neg: Tensor) -> Tensor:
@@ -266,7 +285,8 @@ def _sampled_softmax(spec: LossSpec, pos: Tensor, neg: Tensor) -> Tensor:
 
 
 def _gbce(spec: LossSpec, pos: Tensor, neg: Tensor) -> Tensor:
-    return gbce_loss(pos, neg, gbce_beta(spec.n_negatives, spec.n_items, spec.gbce_t))
+    beta = gbce_beta(spec.n_negatives, spec.n_items, spec.gbce_t)
+    return gbce_loss(*_offset(spec, pos, neg), beta)
 
 
 # sampled loss name -> formula over (target scores (M,), negative scores (M, k))

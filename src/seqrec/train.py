@@ -97,6 +97,7 @@ def loss_spec(cfg: RunConfig, n_items: int) -> LossSpec:
         gbce_t=t.gbce_t,
         logq=t.logq,
         bf16=t.bf16 or t.loss_bf16,
+        prior_offset=t.prior_offset,
     )
 
 
