@@ -1,9 +1,10 @@
 """Does a trained run still tell histories apart? For validation histories of the run's dataset,
 the user vectors (the hidden state the scores are read from) are compared across users: their
 mean pairwise cosine (1.0 = one vector for everybody, the ranking is then the same for every
-user) and the spread of the scores across users. For SASRec each block's sub-layer outputs are
-split into the part common to all users (norm of the mean) and the part that varies (mean
-norm of the deviation), which shows where a constant vector drowns the history's signal.
+user) and the spread of the scores across users, beside the run's validation curve. For SASRec
+each block's sub-layer outputs are split into the part common to all users (norm of the mean)
+and the part that varies (mean norm of the deviation), which shows where a constant vector
+drowns the history's signal.
 
     python benchmarks/hidden_collapse.py RUN_DIR [RUN_DIR ...] [--users 500]
         [--name hidden_collapse]
@@ -12,6 +13,7 @@ norm of the deviation), which shows where a constant vector drowns the history's
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,8 @@ from _common import write_results
 from seqrec.checkpoint import load_run
 from seqrec.data.prepared import load_prepared
 from seqrec.evaluate import pad_histories
+
+SHOWN = ("loss", "n_negatives", "negatives_per", "gbce_t", "prior_offset", "lr", "threads")
 
 
 def spread(a: torch.Tensor) -> dict[str, float]:
@@ -55,8 +59,12 @@ def inspect(run_dir: Path, n_users: int) -> dict[str, Any]:
     for h in hooks:
         h.remove()
     unit = torch.nn.functional.normalize(users, dim=1)
+    log = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
+    curve = [(h["epoch"], h[k]) for h in log for k in h if k.startswith("valid_")]
     return {
         "run": str(run_dir),
+        "train": {k: v for k, v in dataclasses.asdict(run.config.train).items() if k in SHOWN},
+        "validation_curve": curve,
         "users": len(rows),
         "mean_cosine_between_users": float((unit @ unit.T).mean()),
         "score_std_over_items": float(scores.std(1).mean()),
@@ -86,6 +94,10 @@ def main() -> None:
             f"| {Path(f['run']).name} | {f['mean_cosine_between_users']:.3f} | "
             f"{f['score_std_over_items']:.2f} | {f['score_std_over_users']:.3f} |"
         )
+    lines += ["\n| run | training | validation (epoch, value) |", "|---|---|---|"]
+    for f in found:
+        curve = ", ".join(f"({e}, {v:.4f})" for e, v in f["validation_curve"])
+        lines.append(f"| {Path(f['run']).name} | {f['train']} | {curve} |")
     for f in found:
         if f["sublayers"]:
             lines += [
