@@ -416,8 +416,11 @@ def _warm_start(model: nn.Module, source: Path, cfg: RunConfig, ds: PreparedData
         raise ConfigError(f"{where}: a {src_cfg.model} run; expected a {cfg.model} run")
     mine, theirs = getattr(cfg, cfg.model), getattr(src_cfg, cfg.model)
     shape = ("max_len", "d_model", "n_layers", "n_heads")
-    diff = [f"{k} {getattr(theirs, k)} vs {getattr(mine, k)}" for k in shape]
-    diff = [d for d, k in zip(diff, shape, strict=True) if getattr(theirs, k) != getattr(mine, k)]
+    diff = [
+        f"{k} {getattr(theirs, k)} vs {getattr(mine, k)}"
+        for k in shape
+        if getattr(theirs, k) != getattr(mine, k)
+    ]
     if diff:
         raise ConfigError(f"{where}: another model shape ({', '.join(diff)})")
     if json.loads((source / ckpt.VOCAB).read_text())["items"] != ds.item_ids:
