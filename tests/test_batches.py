@@ -12,6 +12,7 @@ from seqrec.data.batches import (
     NextItemConfig,
     NextItemSampler,
     draw_negatives,
+    pack_rows,
     sliding_windows,
 )
 from seqrec.data.preprocess import Sequences
@@ -222,3 +223,79 @@ def test_epoch_loss_norm_weighs_every_position_the_same() -> None:
     assert counts.min() < counts.max()  # grouping made batches of different sizes
     plain = NextItemSampler(seqs, max_len=20, batch_size=8, seed=0, n_negatives=0)
     assert {b.loss_scale for b in plain.epoch(0)} == {1.0}
+
+
+# ------------------------------------------------------------------ packed next-item batches
+
+
+def test_pack_rows_hand_computed() -> None:
+    # total 12, longest 5 -> 3 rows; longest first in snake order: rows 0, 1, 2, then 2 again
+    row, offset, width = pack_rows(np.array([5, 3, 2, 2]))
+    assert row.tolist() == [0, 1, 2, 2] and offset.tolist() == [0, 0, 0, 2] and width == 5
+    # 10 items, longest 7 -> 2 rows; dealt 7 (row 0), 1 (row 1), then back: 1 (row 1), 1 (row 0)
+    row, offset, width = pack_rows(np.array([1, 7, 1, 1]))
+    assert row.tolist() == [1, 0, 1, 0] and offset.tolist() == [0, 0, 1, 7] and width == 8
+
+
+def test_pack_rows_never_overlaps() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        lengths = rng.integers(1, 200, size=int(rng.integers(1, 130)))
+        row, offset, width = pack_rows(lengths)
+        taken = np.zeros((int(row.max()) + 1, width), dtype=np.int64)
+        for r, o, n in zip(row, offset, lengths, strict=True):
+            taken[r, o : o + n] += 1
+        assert taken.max() == 1 and taken.sum() == lengths.sum()  # every item one slot
+        assert taken.size < 1.5 * lengths.sum() + lengths.max()
+
+
+def _unpacked_pairs(b) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:  # type: ignore[no-untyped-def]
+    """(inputs, targets) of every sequence of a batch, padding dropped, packed or not."""
+    targets = _scatter(b)
+    if b.segments is None:
+        rows = [(i[i != 0], t[i != 0]) for i, t in zip(b.inputs, targets, strict=True)]
+    else:
+        rows = [
+            (b.inputs[b.segments == s], targets[b.segments == s])
+            for s in b.segments.unique().tolist()
+            if s
+        ]
+    return sorted((tuple(i.tolist()), tuple(t.tolist())) for i, t in rows)
+
+
+def test_packed_batches_hold_the_same_sequences_and_positions() -> None:
+    seqs = _seqs(n_users=100, seed=5, min_len=2)
+    plain = NextItemSampler(seqs, max_len=30, batch_size=16, seed=1, n_negatives=0)
+    packed = NextItemSampler(
+        seqs, max_len=30, cfg=NextItemConfig(pack=True), batch_size=16, seed=1, n_negatives=0
+    )
+    n_slots = n_plain = 0
+    for a, b in zip(plain.epoch(0), packed.epoch(0), strict=True):
+        assert _unpacked_pairs(a) == _unpacked_pairs(b)
+        assert b.segments is not None and b.position_ids is not None
+        # positions as in a left-padded row of width N = 30: the last item of each is 29
+        for s in b.segments.unique().tolist():
+            if s:
+                pos = b.position_ids[b.segments == s]
+                assert pos.tolist() == list(range(30 - len(pos), 30))
+        n_slots += b.inputs.numel()
+        n_plain += a.inputs.numel()
+    assert n_slots < 0.8 * n_plain
+
+
+def test_packed_negatives_avoid_their_own_sequence() -> None:
+    rng = np.random.default_rng(2)
+    lists = [
+        list(rng.integers(10 * u + 1, 10 * u + 11, size=int(rng.integers(2, 40))))
+        for u in range(10)
+    ]
+    seqs = Sequences.from_lists(lists, n_items=100)
+    cfg = NextItemConfig(pack=True)
+    s = NextItemSampler(seqs, max_len=30, cfg=cfg, batch_size=4, seed=5, n_negatives=7)
+    for b in s.epoch(0):
+        assert b.negatives is not None and b.negatives.shape == (len(b.targets), 7)
+        user = (b.inputs[b.positions] - 1) // 10  # every item tells whose sequence it is
+        for u, negs in zip(user.tolist(), b.negatives.tolist(), strict=True):
+            assert not set(negs) & set(lists[u])
+    with pytest.raises(ValueError, match="pack"):
+        NextItemSampler(seqs, max_len=30, cfg=cfg, n_negatives=7, negatives_per="sequence")

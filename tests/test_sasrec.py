@@ -11,8 +11,11 @@ import torch
 
 from seqrec.checkpoint import load_run
 from seqrec.config import default_config, load_config
+from seqrec.data.batches import NextItemConfig, NextItemSampler
 from seqrec.data.prepared import PreparedDataset, prepare_frame
+from seqrec.data.preprocess import Sequences
 from seqrec.data.synthetic import synthetic_interactions
+from seqrec.errors import ConfigError
 from seqrec.losses import LossSpec, model_loss
 from seqrec.models.baselines import Popularity
 from seqrec.models.sasrec import SASRec, SASRecConfig
@@ -111,7 +114,7 @@ def toy(tmp_path_factory: pytest.TempPathFactory) -> PreparedDataset:
     return prepare_frame(df, tmp_path_factory.mktemp("toy") / "prepared", name="toy")
 
 
-def _config(loss: str, **train: object):  # type: ignore[no-untyped-def]
+def _config(loss: str, *more: str, **train: object):  # type: ignore[no-untyped-def]
     sets = [
         "model=sasrec",
         "sasrec.max_len=20",
@@ -125,6 +128,7 @@ def _config(loss: str, **train: object):  # type: ignore[no-untyped-def]
         "train.eval_every=4",
         "train.patience=0",
         *(f"train.{k}={v}" for k, v in train.items()),
+        *more,
     ]
     return load_config(type(default_config()), None, sets)
 
@@ -141,6 +145,15 @@ def test_each_loss_learns_the_toy_pattern(loss: str, toy: PreparedDataset, tmp_p
         h = torch.tensor([[0, 0, 3, 4, 5], [1, 2, 3, 4, 5]])
         assert torch.equal(run.model.score(h), result.model.score(h))
         assert toy.evaluate(run.model, "test").metrics == result.metrics["test"]  # type: ignore[arg-type]
+
+
+def test_packed_training_learns_the_toy_pattern(toy: PreparedDataset, tmp_path: Path) -> None:
+    result = fit(toy, _config("bce", "next_item.pack=true"), tmp_path / "run", progress=False)
+    pop = toy.evaluate(Popularity.fit(toy.split.train), "valid", protocols=["full"])
+    assert result.metrics["valid"]["full"]["ndcg@10"] > pop.metrics["full"]["ndcg@10"] + 0.2
+    bad = _config("gbce", "next_item.pack=true", negatives_per='"sequence"')
+    with pytest.raises(ConfigError, match="next_item.pack"):
+        fit(toy, bad, tmp_path / "bad", progress=False)
 
 
 def test_initialisation_options() -> None:
@@ -179,3 +192,45 @@ def test_last_only_equals_the_full_forward_at_the_last_position(block: str) -> N
     assert last.shape == (6, 1, 16)
     assert torch.allclose(last[:, 0], full, atol=1e-5)
     assert torch.allclose(model.user_vector(ids), full, atol=1e-5)
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_packed_rows_compute_what_each_sequence_computes_alone(block: str) -> None:
+    m = _model(block)
+    # one row: [3 4 5 | 7 8 | pad], positions as in left-padded rows of width max_len 10
+    packed = torch.tensor([[3, 4, 5, 7, 8, 0]])
+    segments = torch.tensor([[1, 1, 1, 2, 2, 0]])
+    position_ids = torch.tensor([[7, 8, 9, 8, 9, 0]])
+    h = m(packed, segments=segments, position_ids=position_ids)
+    assert torch.allclose(h[0, :3], m(torch.tensor([[3, 4, 5]]))[0], atol=1e-5)
+    assert torch.allclose(h[0, 3:5], m(torch.tensor([[7, 8]]))[0], atol=1e-5)
+    # nothing crosses a segment: the first sequence's items never move the second's outputs
+    other = packed.clone()
+    other[0, :3] = torch.tensor([20, 21, 22])
+    h2 = m(other, segments=segments, position_ids=position_ids)
+    assert torch.allclose(h[0, 3:5], h2[0, 3:5], atol=1e-6)
+
+
+def test_packed_batches_give_the_unpacked_loss() -> None:
+    torch.manual_seed(0)
+    lists = [list(torch.randint(1, 31, (int(n),)).tolist()) for n in torch.randint(2, 25, (40,))]
+    seqs = Sequences.from_lists(lists, n_items=30)
+    m = _model("original")
+    spec = LossSpec(name="ce", n_items=30)
+    losses = []
+    for pack in (False, True):
+        sampler = NextItemSampler(
+            seqs, max_len=10, cfg=NextItemConfig(pack=pack), batch_size=16, seed=0, n_negatives=0
+        )
+        with torch.no_grad():
+            losses.append(
+                [
+                    float(
+                        model_loss(
+                            m, spec, b.inputs, b.positions, b.targets, None, b.model_inputs()
+                        )
+                    )
+                    for b in sampler.epoch(0)
+                ]
+            )
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)

@@ -319,7 +319,8 @@ def item_loss(
 
 
 class ItemModel(Protocol):
-    def __call__(self, input_ids: torch.Tensor) -> torch.Tensor: ...  # (B, L) -> (B, L, D)
+    # (B, L) -> (B, L, D); keyword inputs: a packed layout (Batch.model_inputs)
+    def __call__(self, input_ids: torch.Tensor, **layout: torch.Tensor) -> torch.Tensor: ...
 
     def output_features(self, hidden: torch.Tensor) -> torch.Tensor: ...  # (..., D) -> (..., D)
 
@@ -333,13 +334,15 @@ def model_loss(
     positions: torch.Tensor,
     targets: torch.Tensor,
     negatives: torch.Tensor | None = None,
+    layout: dict[str, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Run the model on `inputs` (B, L) and compute the loss at the `positions` (B, L) bool
     only (BERT4Rec: the masked items, Eq. 8; SASRec: every non-padding position, §III-E). The
     hidden states there are gathered *before* the output layer, so the output layer runs for
     the M target positions only (except with per-sequence negatives, scored at every position
-    by one batched matmul)."""
-    hidden = model(inputs)  # (B, L, D)
+    by one batched matmul). `layout`: a packed batch's segments and positions, given to the
+    model."""
+    hidden = model(inputs, **(layout or {}))  # (B, L, D)
     weight, bias = model.output_weights()
     if spec.name != "ce" and spec.negatives_per == "sequence":
         if negatives is None or spec.name not in SAMPLED_LOSSES:

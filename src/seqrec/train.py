@@ -89,6 +89,8 @@ def loss_spec(cfg: RunConfig, n_items: int) -> LossSpec:
         raise ConfigError(f"train.loss = {t.loss!r} needs train.n_negatives >= 1")
     if t.negatives_per == "sequence" and cfg.model != "sasrec":
         raise ConfigError('train.negatives_per = "sequence" is for sasrec only')
+    if t.negatives_per == "sequence" and t.loss != "ce" and cfg.next_item.pack:
+        raise ConfigError('next_item.pack does not combine with train.negatives_per = "sequence"')
     return LossSpec(
         name=t.loss,
         n_items=n_items,
@@ -149,6 +151,7 @@ def train_step(
             batch.positions,
             batch.targets,
             batch.negatives,
+            batch.model_inputs(),
         )
     if batch.loss_scale != 1.0:
         loss = loss * batch.loss_scale

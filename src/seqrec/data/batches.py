@@ -25,6 +25,11 @@ items that are not in the sequence (SASRec's `random_neq`), so never the target 
 
 Batches group samples of similar length (within a pool of `bucket_batches` batches) and are cut
 to their longest row, which removes most padding; batch order is shuffled.
+
+Packing (`NextItemConfig.pack`): the sequences of one batch share rows, each in its own segment
+with its own positions, and attention never crosses a segment (`pack_rows`). The batch holds the
+same sequences and the model computes the same outputs for them as unpacked; only the padding,
+about half of a random ML-1M batch at N = 200, is gone.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ __all__ = [
     "NextItemConfig",
     "NextItemSampler",
     "draw_negatives",
+    "pack_rows",
     "sliding_windows",
 ]
 
@@ -84,6 +90,10 @@ class NextItemConfig:
     # with random batches the two agree in expectation, with length grouping only "epoch"
     # keeps the objective of random batches.
     loss_norm: Literal["batch", "epoch"] = "batch"
+    # Pack a batch's sequences into shared rows (`pack_rows`), each a segment that attends only
+    # to itself with its own positions: the same sequences, the same outputs (up to float
+    # rounding) and the same loss as the unpacked batch, at ~60 % of its width x rows.
+    pack: bool = False
 
 
 @dataclass
@@ -95,19 +105,33 @@ class Batch:
     negatives: torch.Tensor | None = None
     # the training step multiplies the batch's mean loss by this (NextItemConfig.loss_norm)
     loss_scale: float = 1.0
+    # packed batches (NextItemConfig.pack): (B, L) int64 segment of each slot (0 = padding) and
+    # (B, L) int64 position of each item, 0..N-1 counted as in a left-padded row of width N
+    segments: torch.Tensor | None = None
+    position_ids: torch.Tensor | None = None
 
     @property
     def size(self) -> int:
         return int(self.inputs.shape[0])
 
+    def model_inputs(self) -> dict[str, torch.Tensor]:
+        """The keyword arguments the model takes besides `inputs` (a packed layout, if any)."""
+        if self.segments is None or self.position_ids is None:
+            return {}
+        return {"segments": self.segments, "position_ids": self.position_ids}
+
     def to(self, device: torch.device | str) -> Batch:
-        neg = None if self.negatives is None else self.negatives.to(device)
+        def move(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(device)
+
         return Batch(
             self.inputs.to(device),
             self.positions.to(device),
             self.targets.to(device),
-            neg,
+            move(self.negatives),
             self.loss_scale,
+            move(self.segments),
+            move(self.position_ids),
         )
 
 
@@ -152,6 +176,33 @@ def _length_grouped(
             chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
         batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
     return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def pack_rows(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Place sequences of `lengths` (B,) side by side in rows: (row, offset of its first slot,
+    row width). Vectorised: the number of rows is the total length over the longest, and the
+    sequences, longest first, are dealt to the rows in snake order (0..R-1, R-1..0, ...), which
+    evens out the rows; the width is the fullest row's length. On ML-1M batches of 128 it keeps
+    ~1.17 slots per item (first-fit decreasing, a Python loop per sequence: 1.01; unpacked 1.87).
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    n = len(lengths)
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), 0
+    n_rows = int(-(-lengths.sum() // max(1, int(lengths.max()))))
+    order = np.argsort(-lengths, kind="stable")
+    k = np.empty(n, dtype=np.int64)
+    k[order] = np.arange(n) % (2 * n_rows)
+    row = np.where(k < n_rows, k, 2 * n_rows - 1 - k)
+    # offsets: a running sum of lengths within each row, in dealing order
+    by_row = order[np.argsort(row[order], kind="stable")]
+    ends = np.cumsum(lengths[by_row])
+    row_start = np.concatenate([[0], ends[:-1]])
+    first = np.searchsorted(row[by_row], row[by_row], side="left")  # first of each one's row
+    offset = np.empty(n, dtype=np.int64)
+    offset[by_row] = row_start - row_start[first]
+    width = int((offset + lengths).max())
+    return row, offset, width
 
 
 def sliding_windows(lengths: np.ndarray, max_len: int, step: float) -> tuple[np.ndarray, ...]:
@@ -290,6 +341,8 @@ class NextItemSampler:
         self.cfg = cfg = cfg or NextItemConfig()
         if negatives_per not in ("position", "sequence"):
             raise ValueError(f"negatives_per must be position or sequence, got {negatives_per!r}")
+        if cfg.pack and n_negatives and negatives_per == "sequence":
+            raise ValueError('next_item.pack does not combine with negatives_per = "sequence"')
         self.negatives_per = negatives_per
         self.train = train
         self.max_len = max_len
@@ -323,19 +376,24 @@ class NextItemSampler:
 
     def _make_batch(self, window: np.ndarray, rng: np.random.Generator) -> Batch:
         starts, ends = self.win_start[window], self.win_end[window]
-        width = int((ends - starts).max())
-        inputs = left_pad(self.train.items, starts, ends, width)  # (B, L) s_1..s_{T-1}
-        targets = left_pad(self.train.items, starts + 1, ends + 1, width)  # (B, L) s_2..s_T
+        if self.cfg.pack:
+            inputs, targets, segments, position_ids = self._packed(starts, ends)
+            sample = segments - 1  # the sequence (index into `window`) of each slot
+        else:
+            width = int((ends - starts).max())
+            inputs = left_pad(self.train.items, starts, ends, width)  # (B, L) s_1..s_{T-1}
+            targets = left_pad(self.train.items, starts + 1, ends + 1, width)  # (B, L) s_2..s_T
+            sample = np.broadcast_to(np.arange(len(window))[:, None], inputs.shape)
         positions = targets != 0
         negatives = None
         if self.n_negatives:
             u_start, u_end = self.user_start[window], self.user_end[window]
             seen = left_pad(self.train.items, u_start, u_end, int((u_end - u_start).max()))
-            if self.negatives_per == "sequence":
-                rows = np.arange(len(window))  # (B, k): shared by the sequence's positions
-            else:
-                rows = np.nonzero(positions)[0]  # (M, k)
+            # per sequence: (B, k), shared by its positions; per position: (M, k)
+            per_sequence = self.negatives_per == "sequence"
+            rows = np.arange(len(window)) if per_sequence else sample[positions]
             negatives = draw_negatives(rng, seen, rows, self.n_negatives, self.train.n_items)
+        packed = self.cfg.pack
         return Batch(
             inputs=torch.from_numpy(inputs),
             positions=torch.from_numpy(positions),
@@ -344,4 +402,25 @@ class NextItemSampler:
             loss_scale=(
                 float(positions.sum() / self.mean_targets) if self.cfg.loss_norm == "epoch" else 1.0
             ),
+            segments=torch.from_numpy(segments) if packed else None,
+            position_ids=torch.from_numpy(position_ids) if packed else None,
         )
+
+    def _packed(self, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(inputs, targets, segments, position_ids), each (R, W), of the windows packed by
+        `pack_rows`; segment b + 1 holds window b, its positions those of a left-padded row."""
+        lengths = ends - starts
+        row, offset, width = pack_rows(lengths)
+        n_rows = int(row.max()) + 1
+        seq = np.repeat(np.arange(len(lengths)), lengths)  # the window of every item
+        t = np.arange(len(seq)) - np.repeat(np.cumsum(lengths) - lengths, lengths)  # its index
+        slot = row[seq] * width + offset[seq] + t  # flat (R * W) index
+        inputs, targets, segments, position_ids = (
+            np.zeros(n_rows * width, dtype=np.int64) for _ in range(4)
+        )
+        inputs[slot] = self.train.items[starts[seq] + t]
+        targets[slot] = self.train.items[starts[seq] + t + 1]
+        segments[slot] = seq + 1
+        position_ids[slot] = self.max_len - lengths[seq] + t
+        shape = (n_rows, width)
+        return tuple(a.reshape(shape) for a in (inputs, targets, segments, position_ids))

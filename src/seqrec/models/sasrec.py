@@ -168,23 +168,38 @@ class SASRec(nn.Module):
         """Histories the scorer reads: the last n items."""
         return self.cfg.max_len
 
-    def forward(self, input_ids: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        last_only: bool = False,
+        segments: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """input_ids (B, L) left-padded, L <= n -> hidden states F (B, L, D); F_t depends on
-        s_1..s_t only. `last_only`: F at the last position only, (B, 1, D)."""
+        s_1..s_t only. `last_only`: F at the last position only, (B, 1, D).
+
+        Packed rows (training, `NextItemConfig.pack`): `segments` (B, L) numbers the sequences
+        sharing a row (0 = padding) and `position_ids` (B, L) gives each item its position;
+        a position attends only to earlier ones of its own segment."""
         B, L = input_ids.shape
-        if self.cfg.max_len < L:
-            raise ValueError(f"input length {L} exceeds max_len {self.cfg.max_len}")
-        positions = torch.arange(self.cfg.max_len - L, self.cfg.max_len, device=input_ids.device)
+        dev = input_ids.device
+        if position_ids is None:
+            if self.cfg.max_len < L:
+                raise ValueError(f"input length {L} exceeds max_len {self.cfg.max_len}")
+            position_ids = torch.arange(self.cfg.max_len - L, self.cfg.max_len, device=dev)
         e = self.item_emb(input_ids)  # (B, L, D)
         if self.cfg.scale_embedding:
             e = e * math.sqrt(self.cfg.d_model)  # original code
         real = input_ids != 0  # (B, L)
-        x = self.dropout(e + self.pos_emb(positions)) * real[..., None]  # padding stays zero
-        # Position t may attend to s <= t holding an item; a padding row attends to itself
-        # only (it needs one key; its output is never read).
-        causal = torch.ones(L, L, dtype=torch.bool, device=input_ids.device).tril()
-        diagonal = torch.eye(L, dtype=torch.bool, device=input_ids.device)
-        keep = (causal & (real[:, None, :] | diagonal))[:, None]  # (B, 1, L, L)
+        x = self.dropout(e + self.pos_emb(position_ids)) * real[..., None]  # padding stays zero
+        # Position t may attend to s <= t holding an item (of its own segment); a padding slot
+        # attends to itself at least (it needs one key; its output is never read).
+        causal = torch.ones(L, L, dtype=torch.bool, device=dev).tril()
+        if segments is None:
+            diagonal = torch.eye(L, dtype=torch.bool, device=dev)
+            keep = (causal & (real[:, None, :] | diagonal))[:, None]  # (B, 1, L, L)
+        else:
+            keep = (causal & (segments[:, :, None] == segments[:, None, :]))[:, None]
         for i, layer in enumerate(self.layers):
             x = layer(x, keep, last_only=last_only and i == len(self.layers) - 1)
         if self.final_norm is not None:
