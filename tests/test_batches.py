@@ -272,6 +272,8 @@ def test_packed_batches_hold_the_same_sequences_and_positions() -> None:
     n_slots = n_plain = 0
     for a, b in zip(plain.epoch(0), packed.epoch(0), strict=True):
         assert _unpacked_pairs(a) == _unpacked_pairs(b)
+        assert b.size == a.size == len(_unpacked_pairs(a))  # sequences, not rows
+        assert b.inputs.shape[0] < b.size
         assert b.segments is not None and b.position_ids is not None
         # positions as in a left-padded row of width N = 30: the last item of each is 29
         for s in b.segments.unique().tolist():

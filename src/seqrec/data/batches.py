@@ -109,10 +109,12 @@ class Batch:
     # (B, L) int64 position of each item, 0..N-1 counted as in a left-padded row of width N
     segments: torch.Tensor | None = None
     position_ids: torch.Tensor | None = None
+    n_sequences: int = 0  # sequences in a packed batch (its rows otherwise)
 
     @property
     def size(self) -> int:
-        return int(self.inputs.shape[0])
+        """Training sequences in the batch (a packed row may hold several)."""
+        return self.n_sequences or int(self.inputs.shape[0])
 
     def model_inputs(self) -> dict[str, torch.Tensor]:
         """The keyword arguments the model takes besides `inputs` (a packed layout, if any)."""
@@ -132,6 +134,7 @@ class Batch:
             self.loss_scale,
             move(self.segments),
             move(self.position_ids),
+            self.n_sequences,
         )
 
 
@@ -404,6 +407,7 @@ class NextItemSampler:
             ),
             segments=torch.from_numpy(segments) if packed else None,
             position_ids=torch.from_numpy(position_ids) if packed else None,
+            n_sequences=len(window),
         )
 
     def _packed(self, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, ...]:
