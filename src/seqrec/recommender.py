@@ -77,7 +77,7 @@ class Recommender:
         metadata: dict[str, dict[str, Any]] | None = None,
         unknown: Unknown = "drop",
         device: str | torch.device = "cpu",
-        # histories scored at once; on 2 CPU cores 64 was fastest for both ML-1M models
+        # histories scored at once; on 2 CPU cores 32-128 were fastest for both ML-1M models
         # (length-sorted batches pad less and stay in cache; docs/performance.md)
         batch_size: int = 64,
         bf16: bool = False,
