@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from seqrec.config import RunConfig, from_dict
-from seqrec.errors import ConfigError
+from seqrec.errors import ConfigError, RunError
 from seqrec.models.bert4rec import BERT4Rec
 from seqrec.models.sasrec import SASRec
 from seqrec.provenance import atomic_write, write_json
@@ -35,6 +35,7 @@ __all__ = [
     "Run",
     "build_model",
     "load_run",
+    "load_tensors",
     "read_checkpoint",
     "save_torch",
     "write_json",
@@ -79,11 +80,27 @@ def read_config(run_dir: Path) -> RunConfig:
     return from_dict(RunConfig, data, str(path))
 
 
+def load_tensors(path: Path) -> Any:
+    """A file written by `save_torch`, read with PyTorch's restricted unpickler
+    (`weights_only=True`): tensors, numbers, strings and plain containers only. A file that holds
+    anything else (a pickled object whose loading would run code) or is damaged is refused with a
+    one-line error naming it; nothing in it is executed."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as err:  # UnpicklingError, RuntimeError, EOFError, ...: all one answer
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise RunError(
+            f"{path}: refused, not a tensors-only seqrec file or damaged ({first})"
+        ) from None
+
+
 def read_checkpoint(run_dir: Path) -> dict[str, Any] | None:
     path = run_dir / CHECKPOINT
     if not path.exists():
         return None
-    state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=False)
+    state: dict[str, Any] = load_tensors(path)
     return state
 
 
@@ -108,7 +125,7 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> Run:
     item_ids = json.loads((run_dir / VOCAB).read_text())["items"]
     model = build_model(cfg, len(item_ids))
     if (run_dir / WEIGHTS).exists():
-        state = torch.load(run_dir / WEIGHTS, map_location="cpu", weights_only=True)
+        state = load_tensors(run_dir / WEIGHTS)
     else:
         ckpt = read_checkpoint(run_dir)
         if ckpt is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "DataError", "DownloadError", "SeqrecError"]
+__all__ = ["ConfigError", "DataError", "DownloadError", "RunError", "SeqrecError"]
 
 
 class SeqrecError(Exception):
@@ -19,3 +19,7 @@ class DownloadError(SeqrecError):
 
 class ConfigError(SeqrecError, ValueError):
     """A config file or override names an unknown key or holds a value of the wrong type."""
+
+
+class RunError(SeqrecError):
+    """A run directory's file is missing, damaged, tampered with or in use by another run."""
