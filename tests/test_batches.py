@@ -301,3 +301,67 @@ def test_packed_negatives_avoid_their_own_sequence() -> None:
             assert not set(negs) & set(lists[u])
     with pytest.raises(ValueError, match="pack"):
         NextItemSampler(seqs, max_len=30, cfg=cfg, n_negatives=7, negatives_per="sequence")
+
+
+# ------------------------------------------------------------------ packed Cloze batches
+
+
+def _cloze_samples(b) -> list[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:  # type: ignore[no-untyped-def]
+    """(inputs, masked positions as 0/1, position ids) of every sample, padding dropped."""
+    if b.segments is None:
+        real = b.inputs != 0
+        width = b.inputs.shape[1]
+        pos = torch.arange(60 - width, 60).expand_as(b.inputs)  # N = 60, counted from the end
+        rows = [
+            (i[r], m[r], p[r]) for i, m, p, r in zip(b.inputs, b.positions, pos, real, strict=True)
+        ]
+    else:
+        rows = [
+            (
+                b.inputs[b.segments == s],
+                b.positions[b.segments == s],
+                b.position_ids[b.segments == s],
+            )
+            for s in b.segments.unique().tolist()
+            if s
+        ]
+    return sorted(tuple(tuple(t.int().tolist()) for t in r) for r in rows)  # type: ignore[misc]
+
+
+def test_packed_cloze_batches_hold_the_same_samples_masks_and_targets() -> None:
+    seqs = _seqs(n_users=100, seed=7)
+    cfg = ClozeConfig(bucket_batches=1, max_predictions=5)
+    plain = ClozeSampler(seqs, max_len=60, cfg=cfg, batch_size=16, seed=3)
+    packed = ClozeSampler(
+        seqs,
+        max_len=60,
+        cfg=ClozeConfig(bucket_batches=1, max_predictions=5, pack=True),
+        batch_size=16,
+        seed=3,
+    )
+    n_slots = n_plain = 0
+    for a, b in zip(plain.epoch(0), packed.epoch(0), strict=True):
+        assert _cloze_samples(a) == _cloze_samples(b)
+        assert b.size == a.size == a.inputs.shape[0] and b.inputs.shape[0] <= b.size
+        assert sorted(a.targets.tolist()) == sorted(b.targets.tolist())
+        # targets in row-major order of the masked slots: the items hidden under [MASK]
+        assert b.segments is not None
+        assert (b.inputs[b.positions] == seqs.n_items + 1).all()
+        n_slots += b.inputs.numel()
+        n_plain += a.inputs.numel()
+    assert n_slots < 0.8 * n_plain
+
+
+def test_packed_cloze_negatives_avoid_their_own_sample() -> None:
+    rng = np.random.default_rng(4)
+    lists = [
+        list(rng.integers(10 * u + 1, 10 * u + 11, size=int(rng.integers(2, 40))))
+        for u in range(10)
+    ]
+    seqs = Sequences.from_lists(lists, n_items=100)
+    cfg = ClozeConfig(bucket_batches=1, pack=True)
+    for b in ClozeSampler(seqs, max_len=40, cfg=cfg, batch_size=4, seed=5, n_negatives=7).epoch(0):
+        assert b.negatives is not None and b.negatives.shape == (len(b.targets), 7)
+        user = (b.targets - 1) // 10  # every item tells whose sequence it is
+        for u, negs in zip(user.tolist(), b.negatives.tolist(), strict=True):
+            assert not set(negs) & set(lists[u])

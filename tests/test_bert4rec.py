@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from seqrec.models.bert4rec import BERT4Rec, BERT4RecConfig
@@ -77,3 +78,47 @@ def test_last_only_equals_the_full_forward_at_the_last_position() -> None:
     last = model(ids, last_only=True)
     assert last.shape == (6, 1, 16)
     assert torch.allclose(last[:, 0], full, atol=1e-5)
+
+
+def test_packed_rows_compute_what_each_sample_computes_alone() -> None:
+    m = _model()
+    # one row: [3 31 5 | 7 8 | pad] (31 = [MASK]), positions counted from each sample's end (N 12)
+    packed = torch.tensor([[3, 31, 5, 7, 8, 0]])
+    segments = torch.tensor([[1, 1, 1, 2, 2, 0]])
+    position_ids = torch.tensor([[9, 10, 11, 10, 11, 0]])
+    h = m(packed, segments=segments, position_ids=position_ids)
+    assert torch.allclose(h[0, :3], m(torch.tensor([[3, 31, 5]]))[0], atol=1e-5)
+    assert torch.allclose(h[0, 3:5], m(torch.tensor([[7, 8]]))[0], atol=1e-5)
+    # nothing crosses a segment, in either direction (attention is bidirectional)
+    other = packed.clone()
+    other[0, 3:5] = torch.tensor([20, 21])
+    h2 = m(other, segments=segments, position_ids=position_ids)
+    assert torch.allclose(h[0, :3], h2[0, :3], atol=1e-6)
+    assert not torch.allclose(h[0, 3:5], h2[0, 3:5], atol=1e-4)
+
+
+def test_packed_cloze_batches_give_the_unpacked_loss() -> None:
+    from seqrec.data.batches import ClozeConfig, ClozeSampler
+    from seqrec.data.preprocess import Sequences
+    from seqrec.losses import LossSpec, model_loss
+
+    torch.manual_seed(0)
+    lists = [list(torch.randint(1, 31, (int(n),)).tolist()) for n in torch.randint(1, 25, (40,))]
+    seqs = Sequences.from_lists(lists, n_items=30)
+    m, spec = _model(), LossSpec(name="ce", n_items=30)
+    losses = []
+    for pack in (False, True):
+        cfg = ClozeConfig(bucket_batches=1, pack=pack)
+        sampler = ClozeSampler(seqs, max_len=12, cfg=cfg, batch_size=16, seed=0)
+        with torch.no_grad():
+            losses.append(
+                [
+                    float(
+                        model_loss(
+                            m, spec, b.inputs, b.positions, b.targets, None, b.model_inputs()
+                        )
+                    )
+                    for b in sampler.epoch(0)
+                ]
+            )
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)

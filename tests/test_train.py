@@ -3,6 +3,7 @@ it loads, resumes exactly, and respects its time budget."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -208,3 +209,43 @@ def _asdict(cfg: RunConfig) -> dict:  # type: ignore[type-arg]
     import dataclasses
 
     return dataclasses.asdict(cfg)
+
+
+def test_lr_factor_warmup_stable_and_decay_shapes() -> None:
+    from seqrec.train import lr_factor
+
+    assert lr_factor(0, 10, 0.0) == pytest.approx(0.1)  # warm-up: (step + 1) / warmup
+    assert lr_factor(9, 10, 0.5) == pytest.approx(1.0)
+    assert lr_factor(10, 10, 0.25) == pytest.approx(0.75)  # linear from the warm-up on
+    assert lr_factor(10, 10, 0.25, "cosine") == pytest.approx((1 + math.cos(math.pi / 4)) / 2)
+    # warm-up / stable / decay: the peak until 60 % of the schedule, then linear to 0
+    assert lr_factor(50, 10, 0.5, "linear", 0.6) == 1.0
+    assert lr_factor(50, 10, 0.8, "linear", 0.6) == pytest.approx(0.5)
+    assert lr_factor(50, 10, 0.8, "cosine", 0.6) == pytest.approx(0.5)
+    assert lr_factor(50, 10, 0.9, "cosine", 0.6) == pytest.approx(
+        (1 + math.cos(0.75 * math.pi)) / 2
+    )
+    assert lr_factor(50, 10, 1.3, "cosine", 0.6) == pytest.approx(0.0)  # past the end: 0
+    assert lr_factor(50, 0, 0.0) == 1.0  # progress 0 throughout: constant
+
+
+def test_decay_start_outside_0_1_is_a_config_error(toy: PreparedDataset, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="decay_start"):
+        fit(toy, _config(decay_start=1.0), tmp_path / "run", progress=False)
+
+
+def test_packed_random_cloze_batches_learn_the_toy_pattern(
+    toy: PreparedDataset, trained: FitResult, tmp_path: Path
+) -> None:
+    # dropout 0: on this toy task a dropout run can sit on the popularity plateau for most of
+    # its 18 epochs, packed or not, depending on the seed (measured: 0.43-0.74 over 3 seeds)
+    base = _config()
+    cfg = dataclasses.replace(
+        base,
+        bert4rec=dataclasses.replace(base.bert4rec, dropout=0.0),
+        cloze=dataclasses.replace(base.cloze, pack=True, bucket_batches=1),
+    )
+    result = fit(toy, cfg, tmp_path / "run", progress=False)
+    pop = toy.evaluate(Popularity.fit(toy.split.train), "valid", protocols=["full"])
+    ours = result.metrics["valid"]["full"]["ndcg@10"]
+    assert ours > pop.metrics["full"]["ndcg@10"] + 0.25, (ours, pop.metrics)

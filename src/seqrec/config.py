@@ -75,6 +75,13 @@ class TrainConfig:
     # whatever the machine's speed (the step count, hence the result, depends on the speed).
     # "none": a constant learning rate after the warm-up (SASRec's original code).
     decay: Literal["epochs", "budget", "none"] = "epochs"
+    # The decay's shape over the schedule's progress p (0..1, by epochs or by the budget): the
+    # rate stays at its peak until p = decay_start, then falls to 0 at p = 1, "linear" as 1 - x
+    # or "cosine" as (1 + cos(pi x)) / 2, x = (p - decay_start) / (1 - decay_start). decay_start
+    # 0 decays from the warm-up on (BERT's schedule); e.g. 0.5 holds the peak for half of the
+    # schedule first (a warm-up / stable / decay schedule).
+    decay_shape: Literal["linear", "cosine"] = "linear"
+    decay_start: float = 0.0
     batch_size: int = 256
     clip_norm: float = 5.0  # gradient clipping by global L2 norm; 0 = none
     # The loss (seqrec.losses): "ce" full softmax (BERT4Rec Eq. 8), "bce" with n_negatives per

@@ -41,6 +41,7 @@ __all__ = [
     "ModelScorer",
     "fit",
     "loss_spec",
+    "lr_factor",
     "make_optimizer",
     "resolve_device",
     "train_step",
@@ -163,13 +164,22 @@ def train_step(
     return float(loss.detach())
 
 
-def lr_factor(step: int, warmup: int, progress: float) -> float:
-    """Linear warm-up to the peak over `warmup` steps, then linear decay to 0 as `progress`
-    (the share of the schedule done, by steps or by the time budget) goes from the end of the
-    warm-up to 1 (progress 0 throughout: a constant rate)."""
+def lr_factor(
+    step: int,
+    warmup: int,
+    progress: float,
+    shape: str = "linear",
+    decay_start: float = 0.0,
+) -> float:
+    """Linear warm-up to the peak over `warmup` steps; then the peak until `progress` (the share
+    of the schedule done, by steps or by the time budget; 0 throughout: a constant rate) reaches
+    `decay_start`, and a `shape` ("linear" or "cosine") decay to 0 at progress 1."""
     if step < warmup:
         return (step + 1) / warmup
-    return max(0.0, 1.0 - progress)
+    x = min(1.0, max(0.0, (progress - decay_start) / (1.0 - decay_start)))
+    if shape == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * x))
+    return 1.0 - x
 
 
 class ModelScorer:
@@ -224,6 +234,8 @@ def fit(
     spec = loss_spec(cfg, ds.n_items)
     if t.decay == "budget" and not t.time_budget:
         raise ConfigError('train.decay = "budget" needs train.time_budget')
+    if not 0.0 <= t.decay_start < 1.0:
+        raise ConfigError(f"train.decay_start must be in [0, 1), got {t.decay_start}")
     device = resolve_device(t.device)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = t.tf32
@@ -260,7 +272,7 @@ def fit(
             progress = seconds / budget
         else:  # by steps; the decay starts after the warm-up
             progress = (step - t.warmup_steps) / max(1, total_steps - t.warmup_steps)
-        lr = t.lr * lr_factor(step, t.warmup_steps, progress)
+        lr = t.lr * lr_factor(step, t.warmup_steps, progress, t.decay_shape, t.decay_start)
         for group in optimizer.param_groups:
             group["lr"] = lr
         return lr

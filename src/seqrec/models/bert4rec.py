@@ -68,7 +68,7 @@ class SelfAttention(nn.Module):
         B, L, D = x.shape
         q, k, v = self.qkv(x).view(B, L, 3, self.n_heads, D // self.n_heads).unbind(2)
         if last_only:
-            q = q[:, -1:]
+            q, keep = q[:, -1:], keep[:, :, -1:]
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, h, L or 1, D/h)
         y = F.scaled_dot_product_attention(
             q, k, v, attn_mask=keep, dropout_p=self.attn_dropout if self.training else 0.0
@@ -140,18 +140,37 @@ class BERT4Rec(nn.Module):
         """Histories the scorer reads: N - 1 items, the last slot is the appended [MASK]."""
         return self.cfg.max_len - 1
 
-    def forward(self, input_ids: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        last_only: bool = False,
+        segments: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """input_ids (B, L) left-padded, L <= N -> hidden states (B, L, D); `last_only`: the last
-        position's only, (B, 1, D)."""
+        position's only, (B, 1, D).
+
+        Packed rows (training, `ClozeConfig.pack`): `segments` (B, L) numbers the sequences
+        sharing a row (0 = padding) and `position_ids` (B, L) gives each item its position,
+        counted from the end of its own sequence; a position attends to every position of its
+        own segment and to nothing else."""
         B, L = input_ids.shape
-        if self.cfg.max_len < L:
-            raise ValueError(f"input length {L} exceeds max_len {self.cfg.max_len}")
-        positions = torch.arange(self.cfg.max_len - L, self.cfg.max_len, device=input_ids.device)
-        h = self.item_emb(input_ids) + self.pos_emb(positions)  # (B, L, D)
+        if position_ids is None:
+            if self.cfg.max_len < L:
+                raise ValueError(f"input length {L} exceeds max_len {self.cfg.max_len}")
+            position_ids = torch.arange(
+                self.cfg.max_len - L, self.cfg.max_len, device=input_ids.device
+            )
+        h = self.item_emb(input_ids) + self.pos_emb(position_ids)  # (B, L, D)
         if self.emb_norm is not None:
             h = self.emb_norm(h)
         h = self.dropout(h)
-        keep = (input_ids != 0)[:, None, None, :]  # (B, 1, 1, L): attend to real tokens only
+        if segments is None:
+            keep = (input_ids != 0)[:, None, None, :]  # (B, 1, 1, L): attend to real tokens only
+        else:
+            # (B, 1, L, L): within a segment only; padding (segment 0) attends to padding, which
+            # gives it a key (its output is never read)
+            keep = (segments[:, :, None] == segments[:, None, :])[:, None]
         for i, layer in enumerate(self.layers):
             h = layer(h, keep, last_only=last_only and i == len(self.layers) - 1)
         return h
