@@ -168,3 +168,41 @@ def test_vectorised_evaluation_matches_naive_loop() -> None:
             assert report.ranks[p].tolist() == _naive_ranks(
                 scores, seqs, eval_set.users, h, t, negs[p]
             )
+
+
+def test_a_diverged_scorer_gets_the_worst_rank_under_every_protocol() -> None:
+    seqs = Sequences.from_lists([[1, 2, 3, 4]], n_items=8)
+    split = leave_one_out(seqs)
+    negs = {"uni100": np.array([[5, 6, 7, 0]]), "pop100": np.array([[6, 7, 8, 5]])}
+    nan = np.full((1, 9), np.nan)
+    report = evaluate(
+        TableScorer(nan, split.test.histories),
+        split.test,
+        protocols=["full", "uni100", "pop100"],
+        negatives=negs,
+    )
+    # the history is 1-3 and the target 4: every candidate counts above the NaN target
+    ranks = {p: r.tolist() for p, r in report.ranks.items()}
+    assert ranks == {"full": [4], "uni100": [3], "pop100": [4]}  # rivals 5-8; 3 and 4 negatives
+    assert all(report.metrics[p]["hr@1"] == 0.0 for p in ranks)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_a_non_finite_rival_counts_above_a_finite_target(bad: float) -> None:
+    seqs = Sequences.from_lists([[1, 2, 3, 4]], n_items=6)
+    split = leave_one_out(seqs)
+    #                 pad 1  2  3  4(target) 5    6
+    table = np.array([[0, 0, 0, 0, 5.0, bad, 1.0]])
+    scorer = TableScorer(table, split.test.histories)
+    report = evaluate(
+        scorer, split.test, protocols=["full", "uni100"], negatives={"uni100": np.array([[5, 6]])}
+    )
+    assert report.ranks["full"].tolist() == [1] and report.ranks["uni100"].tolist() == [1]
+
+
+def test_an_infinite_target_ranks_last() -> None:
+    seqs = Sequences.from_lists([[1, 2, 3, 4]], n_items=6)
+    split = leave_one_out(seqs)
+    table = np.array([[0, 0, 0, 0, np.inf, -1.0, -2.0]])
+    report = evaluate(TableScorer(table, split.test.histories), split.test, protocols=["full"])
+    assert report.ranks["full"].tolist() == [2]

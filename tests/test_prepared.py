@@ -103,12 +103,41 @@ def test_unknown_name_or_path(tmp_path: Path) -> None:
         prepare(str(tmp_path / "missing.csv"), progress=False)
 
 
-def test_stored_negatives_never_hold_the_users_items(tmp_path: Path) -> None:
-    """Leakage guard on what is stored: no validation item, test item or history item among a
-    user's sampled negatives, in either split."""
+def test_stored_negatives_never_hold_what_the_split_knows(tmp_path: Path) -> None:
+    """Leakage guards on what is stored: test negatives never hold a history, validation or test
+    item; validation negatives never hold an item up to and including the validation target,
+    and may hold the test item (unknown at that time: blocking it would leak the future)."""
     ds = prepare(_write_log(tmp_path / "ratings.dat"), out=tmp_path / "prep", progress=False)
+    users = ds.split.test.users
+    drawn_test_item = 0
+    for negs in ds.negatives("test").values():
+        for e, u in enumerate(users):
+            assert not set(negs[e].tolist()) & set(ds.sequences[u].tolist())
+    for negs in ds.negatives("valid").values():
+        for e, u in enumerate(users):
+            known = ds.sequences[u].tolist()[:-1]  # history + validation target
+            assert not set(negs[e].tolist()) & set(known)
+            drawn_test_item += int(ds.split.test.targets[e] in negs[e])
+    assert drawn_test_item > 0  # 40 items, 100 negatives: the test item is often eligible
+
+
+# sha256 of the candidates (and sequences) prepared from `_write_log(seed=0)`, per format
+# version. Changing the preprocessing or the candidate sampling changes it: bump FORMAT_VERSION
+# (so old caches rebuild) and add the new digest here.
+PREPARED_DIGESTS = {2: "783855ff818c63f926c72ca1274cf292d21fd29acee8697efe0447cf3b61d495"}
+
+
+def test_changing_the_sampler_needs_a_format_version_bump(tmp_path: Path) -> None:
+    import hashlib
+
+    from seqrec.data.prepared import FORMAT_VERSION
+
+    ds = prepare(_write_log(tmp_path / "ratings.dat"), out=tmp_path / "prep", progress=False)
+    h = hashlib.sha256(ds.sequences.items.astype(np.int64).tobytes())
     for split in ("valid", "test"):
-        users = ds.split.eval_set(split).users
-        for negs in ds.negatives(split).values():
-            for e, u in enumerate(users):
-                assert not set(negs[e].tolist()) & set(ds.sequences[u].tolist())
+        for p, negs in sorted(ds.negatives(split).items()):
+            h.update(f"{split}_{p}".encode() + negs.astype(np.int64).tobytes())
+    assert PREPARED_DIGESTS.get(FORMAT_VERSION) == h.hexdigest(), (
+        "the prepared data changed: bump FORMAT_VERSION in seqrec/data/prepared.py and record "
+        f"{h.hexdigest()} for it in PREPARED_DIGESTS"
+    )

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from seqrec.checkpoint import load_run
+from seqrec.checkpoint import load_run, read_checkpoint
 from seqrec.config import RunConfig, TrainConfig, from_dict
 from seqrec.data.batches import Batch
 from seqrec.data.prepared import PreparedDataset, prepare_frame
 from seqrec.data.synthetic import synthetic_interactions
-from seqrec.errors import ConfigError
+from seqrec.errors import ConfigError, TrainingError
 from seqrec.losses import LossSpec
 from seqrec.models.baselines import Popularity
 from seqrec.models.sasrec import SASRec, SASRecConfig
@@ -249,3 +249,50 @@ def test_packed_random_cloze_batches_learn_the_toy_pattern(
     pop = toy.evaluate(Popularity.fit(toy.split.train), "valid", protocols=["full"])
     ours = result.metrics["valid"]["full"]["ndcg@10"]
     assert ours > pop.metrics["full"]["ndcg@10"] + 0.25, (ours, pop.metrics)
+
+
+def test_a_non_finite_loss_stops_the_run_naming_epoch_and_step(
+    toy: PreparedDataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import seqrec.train as train_module
+
+    cfg = _config(max_epochs=4, eval_every=1)
+    per_epoch = len(train_module.TASKS["bert4rec"](cfg, toy))
+    real_step, calls = train_module.train_step, []
+
+    def diverging(*args: object, **kwargs: object) -> float:
+        calls.append(1)
+        loss = real_step(*args, **kwargs)  # type: ignore[arg-type]
+        return math.nan if len(calls) == per_epoch + 3 else loss  # the 3rd update of epoch 1
+
+    monkeypatch.setattr(train_module, "train_step", diverging)
+    with pytest.raises(TrainingError, match=rf"loss is nan at epoch 1, step {per_epoch + 3};"):
+        fit(toy, cfg, tmp_path / "run", progress=False)
+    kept = read_checkpoint(tmp_path / "run")
+    assert kept is not None and kept["epoch"] == 0  # the last finished epoch's checkpoint
+    assert not (tmp_path / "run" / "metrics.json").exists()
+
+
+def test_non_finite_weights_stop_the_run_before_they_are_kept(
+    toy: PreparedDataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import seqrec.train as train_module
+
+    cfg = _config(max_epochs=4, eval_every=1)
+    per_epoch = len(train_module.TASKS["bert4rec"](cfg, toy))
+    real_step, calls = train_module.train_step, []
+
+    def poisoning(model: torch.nn.Module, *args: object, **kwargs: object) -> float:
+        loss = real_step(model, *args, **kwargs)  # type: ignore[arg-type]
+        calls.append(1)
+        if len(calls) == 2 * per_epoch:  # after the last update of epoch 1, its loss finite
+            with torch.no_grad():
+                model.out_bias[-1] = math.nan  # type: ignore[index]
+        return loss
+
+    monkeypatch.setattr(train_module, "train_step", poisoning)
+    with pytest.raises(TrainingError, match=r"weights are not finite after epoch 1"):
+        fit(toy, cfg, tmp_path / "run", progress=False)
+    kept = read_checkpoint(tmp_path / "run")
+    assert kept is not None and kept["epoch"] == 0
+    assert all(torch.isfinite(v).all() for v in kept["best_state"].values())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "DataError", "DownloadError", "RunError", "SeqrecError"]
+__all__ = ["ConfigError", "DataError", "DownloadError", "RunError", "SeqrecError", "TrainingError"]
 
 
 class SeqrecError(Exception):
@@ -23,3 +23,8 @@ class ConfigError(SeqrecError, ValueError):
 
 class RunError(SeqrecError):
     """A run directory's file is missing, damaged, tampered with or in use by another run."""
+
+
+class TrainingError(SeqrecError):
+    """Training diverged (a non-finite loss or weights): the run stops, its last good checkpoint
+    is kept."""

@@ -2,8 +2,10 @@
 
 - `full`:   the target is ranked against every item; the user's other history items (the input
             history) are excluded, as is the padding id 0.
-- `uni100`: against 100 negatives drawn uniformly from the items the user never interacted with
-            (training, validation and test items all excluded) — SASRec §IV-D.
+- `uni100`: against 100 negatives drawn uniformly from the items the user has not interacted with
+            by the split's target — SASRec §IV-D. Test: every item of the user's sequence is
+            excluded. Validation: the items up to and including the validation target; the test
+            item, still in the future then, may be drawn (excluding it would leak it).
 - `pop100`: the same pool, negatives drawn in proportion to popularity — BERT4Rec §4.2. Popularity
             is counted over the whole dataset, as the original BERT4Rec code does.
 
@@ -11,8 +13,11 @@ Negatives are drawn without replacement (Gumbel top-k), once per split and seed,
 the prepared data so every model is ranked against the same candidates.
 
 Ties: a candidate whose score equals the target's counts as ranked above it (the pessimistic
-rank). A constant scorer therefore gets the worst rank, never a lucky one, and a NaN target score
-ranks last.
+rank). A constant scorer therefore gets the worst rank, never a lucky one.
+
+Non-finite scores never help the target: a NaN or infinite target score ranks last, and a NaN
+rival counts as ranked above the target (as a +inf one does). A diverged model therefore gets the
+worst rank under every protocol, never a perfect one.
 """
 
 from __future__ import annotations
@@ -208,8 +213,8 @@ def evaluate(
         scores = scorer.score(inputs).float()  # (B, V)
         targets = torch.from_numpy(eval_set.targets[rows]).to(device)
         t_score = scores.gather(1, targets[:, None])  # (B, 1)
-        # NaN target -> -inf so that it ranks last among the candidates
-        t_score = torch.nan_to_num(t_score, nan=-torch.inf)
+        # a non-finite target score ranks last: every candidate ties or beats -inf
+        t_score = torch.where(torch.isfinite(t_score), t_score, -torch.inf)
         for p in protocols:
             if p == "full":
                 seen = torch.from_numpy(pad_histories(hist, rows)).to(
@@ -219,11 +224,12 @@ def evaluate(
                 cand[:, 0] = False
                 cand.scatter_(1, seen, False)
                 cand.scatter_(1, targets[:, None], False)  # the target itself is not a rival
-                above = (scores >= t_score) & cand
+                above = ((scores >= t_score) | scores.isnan()) & cand
             else:
                 assert negatives is not None
                 negs = torch.from_numpy(negatives[p][rows]).to(device)  # (B, N)
-                above = (scores.gather(1, negs) >= t_score) & (negs != 0)
+                rival = scores.gather(1, negs)  # (B, N)
+                above = ((rival >= t_score) | rival.isnan()) & (negs != 0)
             ranks[p][rows] = above.sum(1).cpu().numpy()
         bar.update(len(rows))
     bar.close()

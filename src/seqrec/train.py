@@ -29,7 +29,7 @@ from seqrec import checkpoint as ckpt
 from seqrec.config import RunConfig, TrainConfig, parse_duration
 from seqrec.data.batches import Batch, ClozeSampler, NextItemSampler
 from seqrec.data.prepared import PreparedDataset
-from seqrec.errors import ConfigError
+from seqrec.errors import ConfigError, TrainingError
 from seqrec.evaluate import PROTOCOLS, parse_protocols
 from seqrec.losses import LossSpec, model_loss
 from seqrec.metrics import metric_names
@@ -319,8 +319,16 @@ def fit(
         out_of_time = False
         for batch in sampler.epoch(epoch):
             lr = set_lr(step, time.perf_counter() - started)
-            loss_sum += train_step(model, spec, batch, optimizer, t, device)
+            loss = train_step(model, spec, batch, optimizer, t, device)
             step += 1
+            if not math.isfinite(loss):
+                bar.close()
+                raise TrainingError(
+                    f"{run_dir}: the training loss is {loss} at epoch {epoch}, step {step}; "
+                    f"training stopped, the checkpoint of the last finished epoch is kept "
+                    f"(try a lower train.lr)"
+                )
+            loss_sum += loss
             n_batches += 1
             n_seq += batch.size
             bar.update(1)
@@ -328,6 +336,12 @@ def fit(
                 out_of_time = True
                 break
         seconds = time.perf_counter() - epoch_start
+        if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+            bar.close()  # nothing of this epoch is kept: no checkpoint, no best state
+            raise TrainingError(
+                f"{run_dir}: the model's weights are not finite after epoch {epoch}; "
+                f"training stopped, the checkpoint of the last finished epoch is kept"
+            )
         line: dict[str, Any] = {
             "epoch": epoch,
             "step": step,
@@ -339,7 +353,7 @@ def fit(
         }
         last = epoch == t.max_epochs - 1
         if (epoch + 1) % t.eval_every == 0 or last or out_of_time:
-            value = validate()
+            value = validate()  # of a finite state (checked above): never a diverged one
             line[f"valid_{val_protocol}_{t.val_metric}"] = value
             if value > best["metric"]:
                 best = {

@@ -54,7 +54,11 @@ __all__ = [
     "resolve_source",
 ]
 
-FORMAT_VERSION = 1
+# Bump whenever what a prepared directory holds changes: its files, the preprocessing, or how
+# the candidates are sampled (old caches then rebuild instead of keeping old candidates).
+# tests/test_prepared.py holds the digest of a small dataset's candidates for each version and
+# fails when the sampler changes without a bump. 2: validation negatives may be the test item.
+FORMAT_VERSION = 2
 
 
 @dataclass
@@ -212,8 +216,15 @@ def _sample_all(pre: Preprocessed, eval_cfg: EvalConfig) -> dict[str, np.ndarray
     split = leave_one_out(seqs)
     popularity = item_popularity(seqs)
     out: dict[str, np.ndarray] = {}
-    for s_i, eval_set in enumerate((split.valid, split.test)):
-        users, split_name = eval_set.users, eval_set.split
+    # What a split's negatives must avoid: the items known at its time. Test: the whole
+    # sequence. Validation: the items up to and including its target, i.e. the test input; the
+    # test item is the future there and may be drawn (blocking it would leak it).
+    known = {
+        "valid": (split.test.histories, np.arange(len(split.test.users))),
+        "test": (seqs, split.test.users),
+    }
+    for s_i, split_name in enumerate(("valid", "test")):
+        seen, rows = known[split_name]
         for p_i, protocol in enumerate(SAMPLED_PROTOCOLS):
             weights = popularity if protocol == "pop100" else None
             # one independent, reproducible stream per (split, protocol)
@@ -221,7 +232,7 @@ def _sample_all(pre: Preprocessed, eval_cfg: EvalConfig) -> dict[str, np.ndarray
                 np.random.SeedSequence([eval_cfg.negative_seed, s_i, p_i]).generate_state(1)[0]
             )
             out[f"{split_name}_{protocol}"] = sample_negatives(
-                seqs, users, n=eval_cfg.n_negatives, weights=weights, seed=seed
+                seen, rows, n=eval_cfg.n_negatives, weights=weights, seed=seed
             )
     return out
 
