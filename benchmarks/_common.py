@@ -1,35 +1,111 @@
-"""Shared by the benchmark scripts: every result is written as JSON + Markdown together with the
-command, git commit, machine, versions and seed that produced it."""
+"""Shared by the benchmark scripts: the one way a result is written and a run is reused.
+
+Every result is written as JSON + Markdown together with the command, the commit that evaluated
+it (and whether the tree was clean; the uncommitted diff when it was not), the machine (CPU model,
+cores, ISA flags, GPU, versions), the seeds, and for every training run it reports: its fully
+resolved config, the commit it was trained at (its diff when dirty), its training and candidate
+seeds, its machine and its wall times (`run_record`). A finished run is reused only when its
+config equals the requested one (`train_or_reuse`).
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from seqrec.provenance import atomic_write, git_commit, machine
+from seqrec.provenance import atomic_write, git_commit, git_diff, machine
 
 RESULTS = Path(__file__).parent / "results"
 
 
-def write_results(name: str, payload: dict[str, Any], markdown: str) -> tuple[Path, Path]:
-    """Write results/<name>.json and results/<name>.md atomically; return their paths."""
+def run_record(run_dir: Path) -> dict[str, Any]:
+    """What a results file records of one training run, read from its run directory."""
+    run_dir = Path(run_dir)
+    config = json.loads((run_dir / "config.json").read_text())
+    source = config.pop("source", {})
+    metrics_path = run_dir / "metrics.json"
+    metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else {}
+    commit = str(metrics.get("git_commit", "unknown"))
+    diff = run_dir / "code.diff"
+    return {
+        "run_dir": str(run_dir),
+        "config": config,  # resolved: defaults -> file -> overrides, every key
+        "source": source,
+        "trained_at": {
+            "commit": commit.removesuffix("-dirty"),
+            "clean": not commit.endswith("-dirty"),
+            "diff": diff.read_text() if diff.exists() else None,
+        },
+        "train_seed": config["train"]["seed"],
+        "candidate_seed": config["eval"]["negative_seed"],
+        "machine": metrics.get("machine"),
+        "device": metrics.get("device"),
+        **{
+            k: metrics.get(k)
+            for k in (
+                "wall_time_s",
+                "train_time_s",
+                "epochs",
+                "best_epoch",
+                "stopped",
+                "seq_per_s",
+            )
+        },
+    }
+
+
+def write_results(
+    name: str,
+    payload: dict[str, Any],
+    markdown: str,
+    *,
+    seeds: Mapping[str, int | None],
+    runs: Sequence[Path] = (),
+) -> tuple[Path, Path]:
+    """Write results/<name>.json and results/<name>.md atomically; return their paths.
+
+    `seeds`: every seed the numbers depend on (e.g. {"train": 0, "candidates": 42}); `runs`: the
+    run directories whose numbers the file reports."""
+    commit = git_commit()
     meta = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "git_commit": git_commit(),
+        "git_commit": commit,
+        "evaluated_at": {
+            "commit": commit.removesuffix("-dirty"),
+            "clean": not commit.endswith("-dirty"),
+            "diff": git_diff(),
+        },
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),
+        "seeds": dict(seeds),
+        "run_records": [run_record(r) for r in runs],
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     data = {**meta, **payload}
-    md = (
-        f"{markdown.rstrip()}\n\n"
-        f"- command: `{meta['command']}`\n- git commit: `{meta['git_commit']}`\n"
-        f"- date: {meta['date']}\n- machine: {json.dumps(meta['machine'])}\n"
-    )
+    m = meta["machine"]
+    lines = [
+        f"- command: `{meta['command']}`",
+        f"- evaluated at commit `{commit}`"
+        + ("" if meta["evaluated_at"]["clean"] else " (uncommitted diff stored in the JSON)"),
+        f"- date: {meta['date']}",
+        f"- machine: {m['cpu']}, {m['cores']} cores, {' '.join(m['cpu_flags']) or 'no AVX-512/AMX'}"
+        f", GPU {m['gpu'] or 'none'}, torch {m['torch']}",
+        f"- seeds: {', '.join(f'{k} {v}' for k, v in meta['seeds'].items())}",
+    ]
+    for r in meta["run_records"]:
+        t = r["trained_at"]
+        wall = f"{r['wall_time_s'] / 60:.1f} min" if r["wall_time_s"] else "unfinished"
+        lines.append(
+            f"- run `{Path(r['run_dir']).name}`: trained at `{t['commit']}`"
+            f"{'' if t['clean'] else ' (dirty, diff stored)'}, seed {r['train_seed']}, "
+            f"candidates seed {r['candidate_seed']}, {wall}; resolved config in the JSON"
+        )
+    md = f"{markdown.rstrip()}\n\n" + "\n".join(lines) + "\n"
     paths = (RESULTS / f"{name}.json", RESULTS / f"{name}.md")
     for path, text in zip(paths, (json.dumps(data, indent=2) + "\n", md), strict=True):
         atomic_write(path, lambda f, t=text: f.write(t.encode()))
@@ -63,9 +139,16 @@ def train_or_reuse(
     ds: Any, cfg: Any, out: Path, src: Path
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The run in `out`: a finished one is reported as it was trained, an interrupted one is
-    resumed, else it is trained. Returns its metrics and its per-epoch log."""
+    resumed, else it is trained; a run whose config differs from `cfg` is refused (one line
+    naming the differing keys). Returns its metrics and its per-epoch log."""
+    from seqrec.checkpoint import read_config
+    from seqrec.config import config_diff
     from seqrec.train import fit
 
+    if (out / "config.json").exists():
+        diff = config_diff(read_config(out), cfg)
+        if diff:
+            sys.exit(f"{out}: holds a run of another config ({'; '.join(diff)}); not reused")
     if (out / "metrics.json").exists():
         metrics = json.loads((out / "metrics.json").read_text())
     else:

@@ -3,22 +3,23 @@ ML-1M recipe), then write the test metrics under pop100 beside the paper's Table
 and uni100, wall time, epochs and sequences/s, and the JSON behind it.
 
     python benchmarks/bert4rec_ml1m.py [--data-dir DIR] [--config ml-1m-bert4rec]
-        [--set train.lr=1e-4 ...] [--out RUN_DIR] [--resume] [--name bert4rec_ml1m]
+        [--set train.lr=1e-4 ...] [--out RUN_DIR] [--name bert4rec_ml1m]
+
+A finished run in --out is reported as it was trained (if its config is the requested one), an
+interrupted one is resumed.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from _common import paper_ml1m, write_results
+from _common import paper_ml1m, train_or_reuse, write_results
 from seqrec.config import RunConfig, load_config
 from seqrec.data import download
 from seqrec.data.prepared import prepare
 from seqrec.models.baselines import Popularity
 from seqrec.report import metrics_table
-from seqrec.train import fit
 
 
 def main() -> None:
@@ -27,17 +28,14 @@ def main() -> None:
     ap.add_argument("--config", default="ml-1m-bert4rec", help="a shipped config name or a path")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--out", help="run directory (default: under $SEQREC_HOME/runs)")
-    ap.add_argument("--resume", action="store_true")
     ap.add_argument("--name", default="bert4rec_ml1m", help="results file name")
     args = ap.parse_args()
     src = paper_ml1m(args.data_dir)
     cfg = load_config(RunConfig, args.config, args.set)
     ds = prepare(src, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=False)
     out = Path(args.out) if args.out else download.cache_dir() / "runs" / args.name
-    result = fit(ds, cfg, out, resume=args.resume, source={"data": str(src)})
-    m = result.metrics
+    m, log = train_or_reuse(ds, cfg, out, src)
     pop = ds.evaluate(Popularity.fit(ds.split.train), "test", protocols=cfg.eval.protocols)
-    log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     curve = [(h["epoch"], h[k]) for h in log for k in h if k.startswith("valid_")]
     md = (
         "# BERT4Rec on ML-1M (papers' file), leave-one-out test split\n\n"
@@ -57,15 +55,13 @@ def main() -> None:
     payload = {
         "protocol": "leave-one-out test split; full / uni100 / pop100; 100 negatives, seed "
         f"{cfg.eval.negative_seed}",
-        "seed": cfg.train.seed,
         "dataset": src.name,
-        "config": json.loads((out / "config.json").read_text()),
-        "run_dir": str(out),
         "metrics": m,
         "pop_metrics": pop.metrics,
         "validation_curve": curve,
     }
-    paths = write_results(args.name, payload, md)
+    seeds = {"train": cfg.train.seed, "candidates": cfg.eval.negative_seed}
+    paths = write_results(args.name, payload, md, seeds=seeds, runs=[out])
     print(md)
     print("wrote", *paths)
 

@@ -111,7 +111,8 @@ def main() -> None:
                 for k, v in f["sublayers"].items()
             ]
     md = "\n".join(lines) + "\n"
-    paths = write_results(args.name, {"runs": found, "seed": 0}, md)
+    runs = [Path(f["run"]) for f in found]
+    paths = write_results(args.name, {"runs": found}, md, seeds={"sampled_users": 0}, runs=runs)
     print(md)
     print("wrote", *paths)
     print(json.dumps([f["mean_cosine_between_users"] for f in found]))

@@ -116,7 +116,9 @@ def main() -> None:
         "% of users.",
     ]
     payload = {"run": args.run, "model": model, "rows": rows, "bf16_agreement": agreement}
-    write_results(args.name, payload, "\n".join(lines))
+    write_results(
+        args.name, payload, "\n".join(lines), seeds={"requests": 0}, runs=[Path(args.run)]
+    )
 
 
 if __name__ == "__main__":

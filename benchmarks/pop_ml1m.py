@@ -63,7 +63,7 @@ def main() -> None:
         "evaluate_seconds": timings,
         "evaluate_all_protocols_seconds": round(all_s, 3),
     }
-    paths = write_results("pop_ml1m", payload, md)
+    paths = write_results("pop_ml1m", payload, md, seeds={"candidates": args.seed})
     print(md)
     print("wrote", *paths)
 

@@ -91,7 +91,7 @@ def main() -> None:
         "peak_rss_gib": round(peak_gib, 3),
         "output": proc.stdout.strip(),
     }
-    paths = write_results("prepare_scale", payload, md)
+    paths = write_results("prepare_scale", payload, md, seeds={"synthetic_file": args.seed})
     print(md)
     print("wrote", *paths)
 

@@ -10,8 +10,6 @@ result, rewritten after each variant, with wall time, epochs and sequences/s per
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +61,8 @@ def main() -> None:
         metrics, log = train_or_reuse(ds, cfg, out, src)
         done[variant] = {
             "config": config,
-            # what the run was trained with, against the shipped config
-            "overrides": _differences(load_config(RunConfig, config), out / "config.json"),
+            "overrides": overrides,  # the run's config is the shipped one with these
+            "candidate_seed": cfg.eval.negative_seed,
             "label": label,
             "published": published,
             "run_dir": str(out),
@@ -77,19 +75,6 @@ def main() -> None:
             ],
         }
         _write(args, src, done)
-
-
-def _differences(shipped: RunConfig, run_config: Path) -> list[str]:
-    """`section.key=value` for every setting of the run that differs from the shipped config."""
-    ran = json.loads(run_config.read_text())
-    base = json.loads(json.dumps(dataclasses.asdict(shipped)))  # tuples as lists
-    out = []
-    for section, values in ran.items():
-        if isinstance(values, dict) and isinstance(base.get(section), dict):
-            for key, value in values.items():
-                if base[section].get(key) != value:
-                    out.append(f"{section}.{key}={json.dumps(value)}")
-    return out
 
 
 def _write(args: argparse.Namespace, src: Path, done: dict[str, Any]) -> None:
@@ -128,7 +113,10 @@ def _write(args: argparse.Namespace, src: Path, done: dict[str, Any]) -> None:
         "dataset": src.name,
         "variants": done,
     }
-    paths = write_results(args.name, payload, "\n".join(parts))
+    runs = [Path(r["run_dir"]) for r in done.values()]
+    seeds = {f"train_{v}": r["metrics"]["seed"] for v, r in done.items()}
+    seeds.update({f"candidates_{v}": r["candidate_seed"] for v, r in done.items()})
+    paths = write_results(args.name, payload, "\n".join(parts), seeds=seeds, runs=runs)
     print("\n".join(parts))
     print("wrote", *paths, flush=True)
 

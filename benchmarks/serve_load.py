@@ -140,7 +140,8 @@ def main() -> None:
         f"{library['batch_s']:.2f} s) | {library['one_history_p50_ms']:.2f} ms | "
         f"{library['one_history_p99_ms']:.2f} ms |\n"
     )
-    paths = write_results(args.name, {"run": args.run, "http": http, "library": library}, md)
+    payload = {"run": args.run, "http": http, "library": library}
+    paths = write_results(args.name, payload, md, seeds={"requests": 0}, runs=[Path(args.run)])
     print(md)
     print("wrote", *paths)
 

@@ -14,7 +14,6 @@ their sequences/s are to be compared.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -75,8 +74,6 @@ def main() -> None:
             cfg = load_config(RunConfig, config, overrides)
             ds = prepare(src, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=False)
             out = runs / f"q-{pair}-{kind}"
-            if (out / "config.json").exists():
-                _check_same(cfg, out)
             metrics, log = train_or_reuse(ds, cfg, out, src)
             key = "valid_full_ndcg@10"
             rows.append(
@@ -90,28 +87,11 @@ def main() -> None:
                     "test": metrics["test"],
                     "epochs": metrics["epochs"],
                     "seq_per_s": metrics["seq_per_s"],
+                    "seed": cfg.train.seed,
                     "run_dir": str(out),
                 }
             )
         _write(args, rows)
-
-
-def _check_same(cfg: RunConfig, out: Path) -> None:
-    """A reused run must have been trained with these settings (keys added to the config
-    since it ran are left out: the run had their default behaviour)."""
-    import dataclasses
-
-    want = json.loads(json.dumps(dataclasses.asdict(cfg)))
-    ran = json.loads((out / "config.json").read_text())
-    for section, values in ran.items():
-        if section == "source":
-            continue
-        if isinstance(values, dict):
-            differ = [k for k, v in values.items() if want[section].get(k) != v]
-        else:
-            differ = [section] if want.get(section) != values else []
-        if differ:
-            raise SystemExit(f"{out}: trained with other {section} settings ({differ[0]})")
 
 
 def _write(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
@@ -137,7 +117,9 @@ def _write(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
             f"| {t['full']['ndcg@10']:.4f} | {t['uni100']['ndcg@10']:.4f} "
             f"| {t['pop100']['ndcg@10']:.4f} | {r['seq_per_s']:.0f} |"
         )
-    write_results(args.name, {"rows": rows}, "\n".join(lines))
+    runs = [Path(r["run_dir"]) for r in rows]
+    seeds = {"train": sorted({r["seed"] for r in rows})[0] if rows else None}
+    write_results(args.name, {"rows": rows}, "\n".join(lines), seeds=seeds, runs=runs)
 
 
 if __name__ == "__main__":

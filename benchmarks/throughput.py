@@ -118,6 +118,7 @@ def main() -> None:
                     "overrides": overrides,
                     "loss": cfg.train.loss,
                     "batch_size": cfg.train.batch_size,
+                    "seed": cfg.train.seed,
                     **result,
                     "share_of_matmul_peak": result["gflop_s"] / peak,
                 }
@@ -153,7 +154,8 @@ def _write(args: argparse.Namespace, peaks: dict[str, float], rows: list[dict[st
             f"| {100 * r['share_of_matmul_peak']:.1f} % |"
         )
     payload = {"steps": args.steps, "repeats": args.repeats, "peaks_gflop_s": peaks, "rows": rows}
-    write_results(args.name, payload, "\n".join(lines))
+    seeds = {"init_and_batches": sorted({r["seed"] for r in rows})[0] if rows else None}
+    write_results(args.name, payload, "\n".join(lines), seeds=seeds)
 
 
 if __name__ == "__main__":

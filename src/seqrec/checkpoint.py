@@ -9,6 +9,8 @@
     metrics.json    validation and test metrics for every protocol, wall time, epochs, commit,
                     machine, seed
     log.jsonl       one line per epoch: loss, learning rate, sequences/s, validation metric
+    code.diff       only when the run started from a checkout with uncommitted changes: that
+                    change, so the run's numbers can be traced to its exact code
 
 Every file is written to a temporary name and renamed into place.
 """
@@ -41,13 +43,14 @@ __all__ = [
     "write_json",
 ]
 
-CONFIG, VOCAB, CHECKPOINT, WEIGHTS, METRICS, LOG = (
+CONFIG, VOCAB, CHECKPOINT, WEIGHTS, METRICS, LOG, CODE_DIFF = (
     "config.json",
     "vocab.json",
     "checkpoint.pt",
     "model.pt",
     "metrics.json",
     "log.jsonl",
+    "code.diff",
 )
 
 # model name -> constructor from (number of items, run config)

@@ -24,6 +24,7 @@ __all__ = [
     "EvalConfig",
     "RunConfig",
     "TrainConfig",
+    "config_diff",
     "config_names",
     "default_config",
     "from_dict",
@@ -160,6 +161,27 @@ def default_config(model: str = "bert4rec") -> RunConfig:
         )
     train = dataclasses.replace(TrainConfig(), **MODEL_TRAIN_DEFAULTS[model])
     return RunConfig(model=model, train=train)
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def config_diff(a: Any, b: Any) -> list[str]:
+    """Where two configs (dataclasses) differ: one "section.key: a vs b" per differing key."""
+    fa = _flatten(dataclasses.asdict(a))
+    fb = _flatten(dataclasses.asdict(b))
+    return [
+        f"{k}: {fa.get(k)!r} vs {fb.get(k)!r}"
+        for k in sorted(fa.keys() | fb.keys())
+        if fa.get(k) != fb.get(k)
+    ]
 
 
 _UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0}

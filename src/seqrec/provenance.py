@@ -12,24 +12,53 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_write", "git_commit", "machine", "write_json"]
+__all__ = ["atomic_write", "cpu_flags", "git_commit", "git_diff", "machine", "write_json"]
 
 _REPO = Path(__file__).resolve().parent.parent.parent  # src/seqrec -> the checkout, if any
 
 
+# The instruction-set flags that decide which numeric path is fastest here (docs/performance.md):
+# AVX-512 and its bf16 dot products, and AMX tile units (bf16 matmuls several times fp32's).
+ISA_FLAGS = (
+    "avx2",
+    "avx512f",
+    "avx512_bf16",
+    "avx512_fp16",
+    "avx512_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+)
+
+
+def _cpuinfo() -> tuple[str, set[str]]:
+    """(CPU model string, the flags of its first core) from /proc/cpuinfo (Linux), else
+    (platform.processor(), no flags)."""
+    cpu, flags = platform.processor(), set[str]()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and cpu == platform.processor():
+                cpu = value.strip()
+            elif key.strip() in ("flags", "Features") and not flags:
+                flags = set(value.split())
+    except OSError:
+        pass
+    return cpu, flags
+
+
+def cpu_flags() -> list[str]:
+    """Which of `ISA_FLAGS` this CPU has (e.g. ["avx2", "avx512f", "avx512_bf16"])."""
+    return [f for f in ISA_FLAGS if f in _cpuinfo()[1]]
+
+
 def machine() -> dict[str, Any]:
+    """What a measurement ran on: CPU model, cores, ISA flags, GPU, memory, library versions."""
     import numpy
     import polars
     import torch
 
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu, flags = _cpuinfo()
     try:
         mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     except (ValueError, OSError):
@@ -37,6 +66,8 @@ def machine() -> dict[str, Any]:
     return {
         "cpu": cpu,
         "cores": os.cpu_count(),
+        "cpu_flags": [f for f in ISA_FLAGS if f in flags],
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "memory_gib": round(mem, 1),
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "python": platform.python_version(),
@@ -71,6 +102,23 @@ def git_commit(repo: Path = _REPO) -> str:
         return out + ("-dirty" if dirty.strip() else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def git_diff(repo: Path = _REPO) -> str | None:
+    """The uncommitted change to tracked code (benchmark result files excepted) as a patch, or
+    None when the tree is clean or not a git checkout: stored beside any number measured from a
+    dirty tree, so that number can still be traced to the code that produced it."""
+    try:
+        out = subprocess.run(
+            ["git", "diff", "HEAD", "--", ".", ":(exclude)benchmarks/results"],
+            capture_output=True,
+            text=True,
+            cwd=repo,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out or None
 
 
 def atomic_write(path: Path, write: Callable[[IO[bytes]], Any]) -> None:

@@ -33,7 +33,7 @@ from seqrec.errors import ConfigError, TrainingError
 from seqrec.evaluate import PROTOCOLS, parse_protocols
 from seqrec.losses import LossSpec, model_loss
 from seqrec.metrics import metric_names
-from seqrec.provenance import atomic_write, git_commit, machine
+from seqrec.provenance import atomic_write, git_commit, git_diff, machine
 
 __all__ = [
     "TASKS",
@@ -254,6 +254,9 @@ def fit(
         popularity = np.bincount(train_items, minlength=ds.n_items + 1).tolist()
         # the training popularity: the ranking a recommender gives an empty history
         ckpt.write_json(run_dir / ckpt.VOCAB, {"items": ds.item_ids, "popularity": popularity})
+        diff = git_diff()
+        if diff:  # the run's numbers stay traceable to its uncommitted code
+            atomic_write(run_dir / ckpt.CODE_DIFF, lambda f: f.write(diff.encode()))
     elif json.loads((run_dir / ckpt.VOCAB).read_text())["items"] != ds.item_ids:
         raise ConfigError(f"{run_dir}: the run was trained on another dataset's items")
 
@@ -426,6 +429,7 @@ def fit(
             "train_time_s": train_seconds,
             "seq_per_s": n_samples / max(train_seconds, 1e-9),
             "seed": t.seed,
+            "negative_seed": cfg.eval.negative_seed,  # the stored candidates' seed
             "device": str(device),
             "git_commit": commit,
             "machine": machine(),

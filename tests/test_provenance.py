@@ -1,0 +1,88 @@
+"""Every number traceable: results files record the resolved config, commits, seeds and machine
+of what they report, and a finished run is reused only for the config it was trained with."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from seqrec.config import RunConfig, config_diff, from_dict
+from seqrec.data.prepared import PreparedDataset, prepare_frame
+from seqrec.data.synthetic import synthetic_interactions
+from seqrec.provenance import ISA_FLAGS, machine
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def _common() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("_common", BENCHMARKS / "_common.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _cfg(**train: object) -> RunConfig:
+    return from_dict(
+        RunConfig,
+        {
+            "bert4rec": {"max_len": 12, "d_model": 16, "attn_dropout": 0.0},
+            "train": {"max_epochs": 2, "lr": 5e-3, "batch_size": 32, **train},
+        },
+    )
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory: pytest.TempPathFactory) -> PreparedDataset:
+    df = synthetic_interactions(n_users=80, n_items=30, min_len=6, max_len=15, seed=1)
+    return prepare_frame(df, tmp_path_factory.mktemp("toy") / "prepared", name="toy")
+
+
+def test_config_diff_names_every_differing_key() -> None:
+    a, b = _cfg(), _cfg(lr=1e-3, seed=3)
+    assert config_diff(a, b) == ["train.lr: 0.005 vs 0.001", "train.seed: 0 vs 3"]
+    assert config_diff(a, dataclasses.replace(a)) == []
+
+
+def test_machine_records_the_cpu_and_its_isa_flags() -> None:
+    m = machine()
+    assert m["cpu"] and m["cores"] >= 1
+    assert set(m["cpu_flags"]) <= set(ISA_FLAGS) and "torch_cpu_capability" in m
+
+
+def test_reuse_needs_the_same_config_and_results_record_everything(
+    toy: PreparedDataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    common = _common()
+    monkeypatch.setattr(common, "RESULTS", tmp_path / "results")
+    out = tmp_path / "run"
+    metrics, log = common.train_or_reuse(toy, _cfg(), out, Path("toy.txt"))
+    assert len(log) == 2 and metrics["seed"] == 0
+    again, _ = common.train_or_reuse(toy, _cfg(), out, Path("toy.txt"))  # reused, not retrained
+    assert again == metrics
+    with pytest.raises(SystemExit, match=r"another config \(train\.lr: 0\.005 vs 0\.002\)"):
+        common.train_or_reuse(toy, _cfg(lr=2e-3), out, Path("toy.txt"))
+
+    monkeypatch.setattr(sys, "argv", ["bench.py", "--flag"])
+    json_path, md_path = common.write_results(
+        "probe", {"x": 1}, "# probe", seeds={"train": 0, "candidates": 42}, runs=[out]
+    )
+    data = json.loads(json_path.read_text())
+    assert data["x"] == 1 and data["seeds"] == {"train": 0, "candidates": 42}
+    assert data["command"].endswith("bench.py --flag")
+    assert set(data["evaluated_at"]) == {"commit", "clean", "diff"}
+    assert data["machine"]["cpu_flags"] == machine()["cpu_flags"]
+    (run,) = data["run_records"]
+    assert run["config"]["train"]["lr"] == 0.005 and run["config"]["bert4rec"]["d_model"] == 16
+    assert run["config"]["train"]["decay_shape"] == "linear"  # resolved: defaults included
+    assert run["train_seed"] == 0 and run["candidate_seed"] == 42
+    assert run["trained_at"]["commit"] == metrics["git_commit"].removesuffix("-dirty")
+    assert run["wall_time_s"] == metrics["wall_time_s"] and run["epochs"] == 2
+    md = md_path.read_text()
+    assert "seeds: train 0, candidates 42" in md and "run `run`: trained at" in md
