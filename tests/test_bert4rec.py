@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -53,6 +55,8 @@ def test_output_layer_shares_the_item_embedding() -> None:
     assert w.data_ptr() == m.item_emb.weight[1:].data_ptr() and w.shape == (30, 16)
     h = torch.randn(5, 16)
     z = torch.nn.functional.gelu(h @ m.head.weight.T + m.head.bias)  # Eq. 7
+    assert m.head_norm is not None
+    z = m.head_norm(z)  # the original code's LayerNorm (head_norm)
     assert torch.allclose(m.logits(h), z @ m.item_emb.weight[1:31].T + m.out_bias, atol=1e-5)
 
 
@@ -122,3 +126,24 @@ def test_packed_cloze_batches_give_the_unpacked_loss() -> None:
                 ]
             )
     assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+
+
+def test_head_norm_is_the_original_codes_layernorm_after_the_transform() -> None:
+    m = _model()
+    assert m.head_norm is not None
+    h = torch.randn(5, 16)
+    z = torch.nn.functional.gelu(h @ m.head.weight.T + m.head.bias)
+    z = torch.nn.functional.layer_norm(z, (16,), m.head_norm.weight, m.head_norm.bias, 1e-12)
+    assert torch.allclose(m.output_features(h), z, atol=1e-5)
+    paper = _model(cfg=BERT4RecConfig(**{**CFG.__dict__, "head_norm": False}))  # Eq. 7 as written
+    assert paper.head_norm is None
+    assert torch.allclose(paper.output_features(h), torch.nn.functional.gelu(paper.head(h)))
+
+
+def test_a_run_from_before_head_norm_loads_without_it(tmp_path: Path) -> None:
+    import json
+
+    from seqrec.checkpoint import read_config
+
+    (tmp_path / "config.json").write_text(json.dumps({"model": "bert4rec", "bert4rec": {}}))
+    assert read_config(tmp_path).bert4rec.head_norm is False

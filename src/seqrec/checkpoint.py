@@ -74,12 +74,20 @@ def save_torch(path: Path, obj: Any) -> None:
     atomic_write(path, lambda f: f.write(data))
 
 
+# Keys added to the configs after runs were written whose default is not what those runs did:
+# (section, key) -> the value an older run directory without the key was trained with.
+_BEFORE_ADDED = {("bert4rec", "head_norm"): False}
+
+
 def read_config(run_dir: Path) -> RunConfig:
     path = run_dir / CONFIG
     if not path.exists():
         raise ConfigError(f"{run_dir}: not a run directory (no {CONFIG})")
     data = json.loads(path.read_text())
     data.pop("source", None)
+    for (section, key), value in _BEFORE_ADDED.items():
+        if isinstance(data.get(section), dict):
+            data[section].setdefault(key, value)
     return from_dict(RunConfig, data, str(path))
 
 

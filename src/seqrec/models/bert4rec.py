@@ -45,6 +45,13 @@ class BERT4RecConfig:
     # LayerNorm + dropout on the summed item + position embedding: the original code (BERT's
     # embedding post-processor) does this; Eq. 4 writes only the sum.
     embedding_norm: bool = True
+    # LayerNorm after the output transform, LN(GELU(h W^P + b^P)), before the shared item
+    # embedding: the original code (BERT's masked-LM head, `cls/predictions/transform`) does
+    # this; Eq. 7 writes GELU(h W^P + b^P) only. Without it the transform's output is small at
+    # initialisation (its weights have std 0.02), and so is every gradient that reaches the item
+    # embeddings through the output layer: training sits on the popularity plateau for longer
+    # (docs/bert4rec.md).
+    head_norm: bool = True
     # "torch": nn.Dropout. "fast": the same inverted dropout with its mask drawn from 16 random
     # bits per element (models/dropout.py), ~5x cheaper to draw on a CPU; a speed option, its
     # effect on quality is measured in docs/performance.md.
@@ -119,8 +126,9 @@ class BERT4Rec(nn.Module):
         self.emb_norm = nn.LayerNorm(cfg.d_model, eps=1e-12) if cfg.embedding_norm else None
         self.dropout = dropout(cfg.dropout, cfg.dropout_impl)
         self.layers = nn.ModuleList(TransformerLayer(cfg) for _ in range(cfg.n_layers))
-        # Output (Eq. 7): GELU(h W^P + b^P) E^T + b^O
+        # Output (Eq. 7): GELU(h W^P + b^P) E^T + b^O, with a LayerNorm after the GELU (head_norm)
         self.head = nn.Linear(cfg.d_model, cfg.d_model)  # W^P, b^P
+        self.head_norm = nn.LayerNorm(cfg.d_model, eps=1e-12) if cfg.head_norm else None
         self.out_bias = nn.Parameter(torch.zeros(n_items))  # b^O over items 1..n
         self.apply(self._init)
 
@@ -180,8 +188,10 @@ class BERT4Rec(nn.Module):
         return self.item_emb.weight[1 : self.n_items + 1]
 
     def output_features(self, hidden: torch.Tensor) -> torch.Tensor:
-        """GELU(h W^P + b^P) of Eq. 7: (..., D) -> (..., D)."""
-        return F.gelu(self.head(hidden))
+        """GELU(h W^P + b^P) of Eq. 7, LayerNorm-ed as in the original code (`head_norm`):
+        (..., D) -> (..., D)."""
+        z = F.gelu(self.head(hidden))
+        return z if self.head_norm is None else self.head_norm(z)
 
     def output_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(E over items 1..n, b^O): the output layer's (n_items, D) weights and (n_items,) bias,
