@@ -14,11 +14,32 @@ def _isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    """The real-data folder (laid out like shared/data); tests that need it skip without it."""
+    """The real-data folder (laid out like shared/data). Tests that need it skip when
+    SEQREC_DATA_DIR is unset, and fail when it is set but names no folder: a mistyped path must
+    not pass silently."""
     root = os.environ.get("SEQREC_DATA_DIR")
-    if not root or not Path(root).is_dir():
+    if not root:
         pytest.skip("SEQREC_DATA_DIR not set: real-data checks skipped")
+    if not Path(root).is_dir():
+        pytest.fail(f"SEQREC_DATA_DIR={root} is set but is not a folder")
     return Path(root)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line saying how many real-data (e2e) tests ran, so CI shows whether they did."""
+    counts = {}
+    for outcome in ("passed", "failed", "skipped", "error"):
+        reports = terminalreporter.stats.get(outcome, [])
+        counts[outcome] = sum(
+            1
+            for r in reports
+            if getattr(r, "when", "call") in ("call", "setup") and "e2e" in r.keywords
+        )
+    terminalreporter.write_line(
+        f"real-data (e2e) tests: {counts['passed']} passed, {counts['failed']} failed, "
+        f"{counts['error']} errors, {counts['skipped']} skipped"
+        + ("" if os.environ.get("SEQREC_DATA_DIR") else " (SEQREC_DATA_DIR not set)")
+    )
 
 
 @pytest.fixture(scope="session")

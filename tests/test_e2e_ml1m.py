@@ -79,9 +79,22 @@ def test_sorting_ties_by_item_id_does_not(shared_data: Path, paper: dict[int, li
     assert same < 100
 
 
-def test_pop_reproduces_both_papers(shared_data: Path) -> None:
+def test_pop_gives_the_recorded_numbers_and_both_papers_rows(shared_data: Path) -> None:
+    """POP is deterministic (training counts, candidates drawn with seed 42): every metric under
+    every protocol equals the value in benchmarks/results/pop_ml1m.json to 1e-4, and the sampled
+    protocols reproduce both papers' POP rows within the 0.015 docs/evaluation.md claims."""
+    import json
+
     ds = prepare(shared_data / "bert4rec-paper/ml-1m.txt.gz", progress=False)
     report = ds.evaluate(Popularity.fit(ds.split.train), "test")
+    results = Path(__file__).resolve().parent.parent / "benchmarks/results/pop_ml1m.json"
+    recorded = json.loads(results.read_text())["metrics"]
+    for protocol, values in recorded.items():
+        for metric, value in values.items():
+            assert report.metrics[protocol][metric] == pytest.approx(value, abs=1e-4), (
+                protocol,
+                metric,
+            )
     for protocol in ("pop100", "uni100"):
         _, paper_row = PAPER_ROWS[("pop", protocol)]
         for metric, value in paper_row.items():
@@ -89,8 +102,6 @@ def test_pop_reproduces_both_papers(shared_data: Path) -> None:
                 protocol,
                 metric,
             )
-    # full ranking is far harder than either sampled protocol
-    assert report.metrics["full"]["ndcg@10"] < report.metrics["pop100"]["ndcg@10"]
 
 
 def test_titles_of_the_papers_file_join_through_the_item_map(shared_data: Path) -> None:
