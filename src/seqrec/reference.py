@@ -5,7 +5,7 @@ Used to print our results beside the papers'; never used to compute anything.
 
 from __future__ import annotations
 
-__all__ = ["PAPER_ROWS"]
+__all__ = ["PAPER_ROWS", "PUBLISHED", "published_numbers"]
 
 # (model, protocol) -> (source, {metric: value})
 PAPER_ROWS: dict[tuple[str, str], tuple[str, dict[str, float]]] = {
@@ -47,3 +47,19 @@ PAPER_ROWS: dict[tuple[str, str], tuple[str, dict[str, float]]] = {
     ("sasrec+ce", "full"): ("SASRec+ (Klenitskiy & Vasilev 2023), ML-1M", {"ndcg@10": 0.1821}),
     ("sasrec+gbce", "full"): ("gSASRec (Petrov & Macdonald 2023), ML-1M", {"ndcg@10": 0.1726}),
 }
+
+# Other published figures the docs cite beside ours, as printed -> where they come from.
+PUBLISHED: dict[str, str] = {
+    "0.1537": "BERT4Rec, full NDCG@10, ML-1M (Klenitskiy & Vasilev, RecSys 2023)",
+    "0.1618": "RecTools BERT4Rec, full NDCG@10, ML-1M (RecTools benchmark)",
+    "0.0327": "SASRec+, full NDCG@10, Beauty (Klenitskiy & Vasilev, RecSys 2023)",
+    "0.0187": "BERT4Rec, full NDCG@10, Beauty (Klenitskiy & Vasilev, RecSys 2023)",
+}
+
+
+def published_numbers() -> set[str]:
+    """Every published number the docs may quote without a results file, as printed ("0.4818")."""
+    out = set(PUBLISHED)
+    for _, row in PAPER_ROWS.values():
+        out.update(f"{v:.4f}" for v in row.values())
+    return out

@@ -1,0 +1,57 @@
+"""Every measured number in README.md and docs/*.md is a claim checked against the results file
+it comes from, or a table copied from one (benchmarks/claims.py); a mismatch, a missing source
+or an unsourced measured-looking number fails."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from seqrec.reference import published_numbers
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _claims() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("claims", ROOT / "benchmarks" / "claims.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["claims"] = module  # its dataclass looks its module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_checker_catches_a_wrong_number_a_missing_source_and_an_unsourced_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    claims = _claims()
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "r.json").write_text('{"runs": [{"ndcg": 0.18104}], "share": 0.6412}')
+    (results / "r.md").write_text("# r\n\n| a | b |\n|---|---|\n| 1 | 2 |\n")
+    monkeypatch.setattr(claims, "RESULTS", results)
+    doc = tmp_path / "doc.md"
+    good = (
+        "NDCG 0.1810<!-- = r.json runs.0.ndcg --> at 64 %<!-- = r.json share x100 -->.\n"
+        "<!-- table: r.md 1 -->\n| a | b |\n|---|---|\n| 1 | 2 |\n<!-- /table -->\n"
+        "The paper's 0.4818 is published.\n"
+    )
+    doc.write_text(good)
+    assert claims.check_docs([doc], published_numbers()) == []
+    doc.write_text(good.replace("0.1810<", "0.1811<"))
+    assert "0.1811 but r.json runs.0.ndcg is 0.181040" in str(claims.check_docs([doc], set())[0])
+    doc.write_text(good.replace("runs.0.ndcg", "runs.1.ndcg"))
+    assert "no such value" in str(claims.check_docs([doc], published_numbers())[0])
+    doc.write_text(good + "It ran at 455 seq/s and reached 0.1234.\n")
+    found = [p.message for p in claims.check_docs([doc], published_numbers())]
+    assert found == [
+        "455 looks measured but names no results file",
+        "0.1234 looks measured but names no results file",
+    ]
+    doc.write_text(good.replace("| 1 | 2 |\n<!--", "| 1 | 3 |\n<!--"))
+    assert "table differs" in str(claims.check_docs([doc], published_numbers())[0])
+    assert claims.render_tables(doc) and claims.check_docs([doc], published_numbers()) == []
