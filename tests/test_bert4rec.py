@@ -147,3 +147,10 @@ def test_a_run_from_before_head_norm_loads_without_it(tmp_path: Path) -> None:
 
     (tmp_path / "config.json").write_text(json.dumps({"model": "bert4rec", "bert4rec": {}}))
     assert read_config(tmp_path).bert4rec.head_norm is False
+
+
+def test_without_the_head_transform_scores_are_h_times_e_plus_bias() -> None:
+    m = _model(cfg=BERT4RecConfig(**{**CFG.__dict__, "head_transform": False}))
+    assert m.head is None and m.head_norm is None
+    h = torch.randn(5, 16)
+    assert torch.allclose(m.logits(h), h @ m.item_emb.weight[1:31].T + m.out_bias, atol=1e-6)

@@ -52,6 +52,10 @@ class BERT4RecConfig:
     # embeddings through the output layer: training sits on the popularity plateau for longer
     # (docs/bert4rec.md).
     head_norm: bool = True
+    # The output transform of Eq. 7, GELU(h W^P + b^P) (and head_norm's LayerNorm). False scores
+    # the hidden state against the item embeddings directly, h E^T + b^O, as the PyTorch
+    # BERT4Rec of Klenitskiy & Vasilev (2023) does; a named deviation (docs/bert4rec.md).
+    head_transform: bool = True
     # "torch": nn.Dropout. "fast": the same inverted dropout with its mask drawn from 16 random
     # bits per element (models/dropout.py), ~5x cheaper to draw on a CPU; a speed option, its
     # effect on quality is measured in docs/performance.md.
@@ -127,8 +131,9 @@ class BERT4Rec(nn.Module):
         self.dropout = dropout(cfg.dropout, cfg.dropout_impl)
         self.layers = nn.ModuleList(TransformerLayer(cfg) for _ in range(cfg.n_layers))
         # Output (Eq. 7): GELU(h W^P + b^P) E^T + b^O, with a LayerNorm after the GELU (head_norm)
-        self.head = nn.Linear(cfg.d_model, cfg.d_model)  # W^P, b^P
-        self.head_norm = nn.LayerNorm(cfg.d_model, eps=1e-12) if cfg.head_norm else None
+        self.head = nn.Linear(cfg.d_model, cfg.d_model) if cfg.head_transform else None  # W^P
+        use_norm = cfg.head_norm and cfg.head_transform
+        self.head_norm = nn.LayerNorm(cfg.d_model, eps=1e-12) if use_norm else None
         self.out_bias = nn.Parameter(torch.zeros(n_items))  # b^O over items 1..n
         self.apply(self._init)
 
@@ -190,6 +195,8 @@ class BERT4Rec(nn.Module):
     def output_features(self, hidden: torch.Tensor) -> torch.Tensor:
         """GELU(h W^P + b^P) of Eq. 7, LayerNorm-ed as in the original code (`head_norm`):
         (..., D) -> (..., D)."""
+        if self.head is None:  # head_transform off: h E^T + b^O
+            return hidden
         z = F.gelu(self.head(hidden))
         return z if self.head_norm is None else self.head_norm(z)
 
