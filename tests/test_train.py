@@ -299,3 +299,18 @@ def test_non_finite_weights_stop_the_run_before_they_are_kept(
     kept = read_checkpoint(tmp_path / "run")
     assert kept is not None and kept["epoch"] == 0
     assert all(torch.isfinite(v).all() for v in kept["best_state"].values())
+
+
+def test_max_steps_ends_training_and_the_decay_there(toy: PreparedDataset, tmp_path: Path) -> None:
+    import seqrec.train as train_module
+
+    per_epoch = len(train_module.TASKS["bert4rec"](_config(), toy))
+    total = per_epoch + 3  # three updates into epoch 1
+    cfg = _config(max_epochs=10, max_steps=total, eval_every=1, warmup_steps=5)
+    result = fit(toy, cfg, tmp_path / "run", progress=False)
+    log = [json.loads(x) for x in (result.run_dir / "log.jsonl").read_text().splitlines()]
+    assert result.metrics["steps"] == total and result.metrics["stopped"] == "max_steps"
+    assert [h["step"] for h in log] == [per_epoch, total]
+    assert "valid_full_ndcg@10" in log[-1]  # the cut epoch is validated
+    # linear decay after the 5 warm-up steps reaches 0 at `total`: the last update's rate
+    assert log[-1]["lr"] == pytest.approx(5e-3 * (1 - (total - 1 - 5) / (total - 5)))

@@ -71,6 +71,10 @@ class TrainConfig:
     weight_decay: float = 0.01  # decoupled L2, not on LayerNorm weights and biases
     warmup_steps: int = 100  # linear warm-up (original script: 100), then linear decay to 0
     max_epochs: int = 200  # the decay reaches 0 at max_epochs (decay = "epochs")
+    # Updates at most; when set (> 0) training ends there, mid-epoch if need be, and the decay
+    # (decay = "epochs") reaches 0 there instead of at max_epochs: the original code counts its
+    # schedule in steps (run_ml-1m.sh: 400,000). 0 = no step limit.
+    max_steps: int = 0
     # "epochs": the decay ends at max_epochs (deterministic, resumable to the bit);
     # "budget": it ends when time_budget runs out, so a budgeted run always anneals fully
     # whatever the machine's speed (the step count, hence the result, depends on the speed).

@@ -267,6 +267,8 @@ def fit(
     sampler = TASKS[cfg.model](cfg, ds)
     optimizer = make_optimizer(model, cfg)
     total_steps = t.max_epochs * len(sampler)
+    if t.max_steps > 0:
+        total_steps = min(total_steps, t.max_steps)
 
     def set_lr(step: int, seconds: float) -> float:
         if t.decay == "none":
@@ -338,6 +340,8 @@ def fit(
             if time.perf_counter() - started > budget:
                 out_of_time = True
                 break
+            if step >= total_steps:  # train.max_steps reached (mid-epoch)
+                break
         seconds = time.perf_counter() - epoch_start
         if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
             bar.close()  # nothing of this epoch is kept: no checkpoint, no best state
@@ -354,7 +358,7 @@ def fit(
             "seq_per_s": n_seq / max(seconds, 1e-9),
             "epoch_s": seconds,
         }
-        last = epoch == t.max_epochs - 1
+        last = epoch == t.max_epochs - 1 or step >= total_steps
         if (epoch + 1) % t.eval_every == 0 or last or out_of_time:
             value = validate()  # of a finite state (checked above): never a diverged one
             line[f"valid_{val_protocol}_{t.val_metric}"] = value
@@ -394,6 +398,9 @@ def fit(
         )
         if out_of_time:
             stopped = "time_budget"
+            break
+        if step >= total_steps:
+            stopped = "max_steps" if t.max_steps else "max_epochs"
             break
         if t.patience and bad >= t.patience:
             stopped = "early_stopping"
