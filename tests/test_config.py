@@ -79,3 +79,20 @@ def test_parse_duration() -> None:
     for bad in ("soon", "10x", "m", "0"):
         with pytest.raises(ConfigError, match="time budget"):
             parse_duration(bad)
+
+
+def test_the_paper_config_is_the_original_ml1m_schedule() -> None:
+    cfg = load_config(RunConfig, "ml-1m-bert4rec-paper")
+    t = cfg.train
+    # §4.3 and run_ml-1m.sh: lr 1e-4, batch 256, 400,000 steps, 100 warm-up, linear decay
+    assert (t.lr, t.batch_size, t.max_steps, t.warmup_steps) == (1e-4, 256, 400_000, 100)
+    assert (t.decay, t.decay_shape, t.decay_start, t.time_budget) == ("epochs", "linear", 0.0, None)
+    b = cfg.bert4rec  # bert_config_ml-1m_64.json: dropout 0.2 on hidden states and attention
+    assert (b.dropout, b.attn_dropout, b.head_norm, b.head_transform) == (0.2, 0.2, True, True)
+    c = cfg.cloze
+    assert (c.mask_prob, c.max_predictions, c.last_item_ratio, c.sliding_step) == (
+        0.2,
+        40,
+        0.1,
+        0.5,
+    )
