@@ -25,7 +25,14 @@ from _common import paper_ml1m, write_results
 from seqrec import checkpoint as ckpt
 from seqrec.config import RunConfig, load_config
 from seqrec.data.prepared import prepare
-from seqrec.train import TASKS, loss_spec, make_optimizer, resolve_device, train_step
+from seqrec.train import (
+    TASKS,
+    loss_spec,
+    make_optimizer,
+    resolve_device,
+    resolve_precision,
+    train_step,
+)
 
 DEFAULT_CONFIGS = "ml-1m-bert4rec,ml-1m-sasrec,ml-1m-sasrec-ce"
 
@@ -50,6 +57,7 @@ def measure(cfg: RunConfig, ds: Any, steps: int, repeats: int, warmup: int) -> d
     model = ckpt.build_model(cfg, ds.n_items).to(device)
     model.train()
     sampler = TASKS[cfg.model](cfg, ds)
+    cfg, measured = resolve_precision(cfg, model, next(iter(sampler.epoch(0))), ds.n_items, device)
     optimizer = make_optimizer(model, cfg)
     spec = loss_spec(cfg, ds.n_items)
     warm = sampler.epoch(0)
@@ -79,6 +87,7 @@ def measure(cfg: RunConfig, ds: Any, steps: int, repeats: int, warmup: int) -> d
         "s_per_epoch": epoch_seqs / seq_s,
         "mflop_per_seq": flops / seqs / 1e6,
         "gflop_s": flops / seqs * seq_s / 1e9,
+        "precision": {"bf16": cfg.train.bf16, "loss_bf16": cfg.train.loss_bf16, **measured},
     }
 
 
@@ -110,7 +119,7 @@ def main() -> None:
             cfg = load_config(RunConfig, config, overrides)
             ds = prepare(src, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=False)
             result = measure(cfg, ds, args.steps, args.repeats, args.warmup)
-            peak = peaks["bf16" if cfg.train.bf16 else "fp32"]
+            peak = peaks["bf16" if result["precision"]["bf16"] else "fp32"]
             rows.append(
                 {
                     "config": config,

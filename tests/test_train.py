@@ -314,3 +314,53 @@ def test_max_steps_ends_training_and_the_decay_there(toy: PreparedDataset, tmp_p
     assert "valid_full_ndcg@10" in log[-1]  # the cut epoch is validated
     # linear decay after the 5 warm-up steps reaches 0 at `total`: the last update's rate
     assert log[-1]["lr"] == pytest.approx(5e-3 * (1 - (total - 1 - 5) / (total - 5)))
+
+
+def test_auto_precision_is_decided_once_and_recorded(
+    toy: PreparedDataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import seqrec.train as train_module
+
+    cfg = _config(max_epochs=2, bf16="auto", loss_bf16="auto")
+    result = fit(toy, cfg, tmp_path / "run", progress=False)
+    p = result.metrics["precision"]
+    assert isinstance(p["loss_bf16"], bool) and p["bf16"] in (True, False)
+    times = p["loss_s"]
+    assert p["loss_bf16"] == (times["bf16"] < times["fp32"])  # the faster one was kept
+    if "amx_bf16" not in train_module.cpu_flags():
+        assert p["bf16"] is False and "no bf16 matrix units" in p["bf16_reason"]
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["bf16"] == "auto"
+    # where there are matrix units, a few real passes are timed both ways
+    monkeypatch.setattr(train_module, "_has_matrix_units", lambda device: True)
+    result = fit(toy, cfg, tmp_path / "amx", progress=False)
+    p = result.metrics["precision"]
+    assert p["bf16"] == (p["step_s"]["bf16"] < p["step_s"]["fp32"])
+
+
+def test_a_resumed_run_keeps_its_precision_decision(
+    toy: PreparedDataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import seqrec.train as train_module
+    from seqrec.data import batches
+
+    cfg = _config(max_epochs=3, eval_every=1, loss_bf16="auto")
+    original = batches.ClozeSampler.epoch
+
+    def interrupted(self: batches.ClozeSampler, epoch: int):  # type: ignore[no-untyped-def]
+        if epoch == 1:
+            raise KeyboardInterrupt
+        return original(self, epoch)
+
+    monkeypatch.setattr(batches.ClozeSampler, "epoch", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        fit(toy, cfg, tmp_path / "run", progress=False)
+    monkeypatch.setattr(batches.ClozeSampler, "epoch", original)
+    first = read_checkpoint(tmp_path / "run")
+    assert first is not None and isinstance(first["precision"]["loss_bf16"], bool)
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a resumed run must not decide its precision again")
+
+    monkeypatch.setattr(train_module, "resolve_precision", never)
+    resumed = fit(toy, cfg, tmp_path / "run", resume=True, progress=False)
+    assert resumed.metrics["precision"]["loss_bf16"] == first["precision"]["loss_bf16"]

@@ -111,10 +111,16 @@ class TrainConfig:
     time_budget: str | None = None  # wall clock for training, e.g. "20m", "1h30m", "90s"
     seed: int = 0
     device: str = "auto"  # "auto" = cuda when available, else cpu
-    bf16: bool = False  # autocast matmuls to bfloat16 (AMX on Sapphire Rapids, tensor cores)
+    # Autocast the model's matmuls to bfloat16 (AMX tile units, GPU tensor cores). "auto": on a
+    # GPU, or a CPU with AMX, time a few forward/backward passes both ways at the start and keep
+    # the faster; fp32 on a CPU without matrix units (slower there at d <= 64,
+    # docs/performance.md). The choice is recorded in metrics.json ("precision").
+    bf16: bool | Literal["auto"] = False
     # Only the full-catalogue CE's two big matmuls in bfloat16 (the softmax stays fp32), the
-    # model in fp32: most of `bf16`'s gain for `ce` on CPUs without AMX (docs/performance.md).
-    loss_bf16: bool = False
+    # model in fp32. Faster on some CPUs (AMD Zen 4: bf16 matmuls 2.3x fp32), slower on others
+    # (an Intel Xeon without AMX: the casts cost more than the matmuls gain). "auto": time the
+    # CE of this model's shapes both ways at the start and keep the faster.
+    loss_bf16: bool | Literal["auto"] = False
     # On CUDA only: float32 matmuls on TF32 tensor cores (10-bit mantissa inputs, fp32
     # accumulation), the usual setting for training transformers on Ampere and later GPUs.
     tf32: bool = True

@@ -31,9 +31,9 @@ from seqrec.data.batches import Batch, ClozeSampler, NextItemSampler
 from seqrec.data.prepared import PreparedDataset
 from seqrec.errors import ConfigError, TrainingError
 from seqrec.evaluate import PROTOCOLS, parse_protocols
-from seqrec.losses import LossSpec, model_loss
+from seqrec.losses import LossSpec, full_cross_entropy, model_loss
 from seqrec.metrics import metric_names
-from seqrec.provenance import atomic_write, git_commit, git_diff, machine
+from seqrec.provenance import atomic_write, cpu_flags, git_commit, git_diff, machine
 
 __all__ = [
     "TASKS",
@@ -44,6 +44,7 @@ __all__ = [
     "lr_factor",
     "make_optimizer",
     "resolve_device",
+    "resolve_precision",
     "train_step",
 ]
 
@@ -86,6 +87,7 @@ TASKS: dict[str, Callable[[RunConfig, PreparedDataset], Sampler]] = {
 
 def loss_spec(cfg: RunConfig, n_items: int) -> LossSpec:
     t = cfg.train
+    bf16 = _resolved(t.bf16, "bf16") or _resolved(t.loss_bf16, "loss_bf16")
     if t.loss != "ce" and t.n_negatives < 1:
         raise ConfigError(f"train.loss = {t.loss!r} needs train.n_negatives >= 1")
     if t.negatives_per == "sequence" and cfg.model != "sasrec":
@@ -99,7 +101,7 @@ def loss_spec(cfg: RunConfig, n_items: int) -> LossSpec:
         negatives_per=t.negatives_per,
         gbce_t=t.gbce_t,
         logq=t.logq,
-        bf16=t.bf16 or t.loss_bf16,
+        bf16=bf16,
         prior_offset=t.prior_offset,
     )
 
@@ -144,7 +146,7 @@ def train_step(
 ) -> float:
     """One update on `batch` (bf16 autocast and clipping as `t` says); returns the loss."""
     batch = batch.to(device)
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=t.bf16):
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=_resolved(t.bf16, "bf16")):
         loss = model_loss(
             model,  # type: ignore[arg-type]
             spec,
@@ -180,6 +182,84 @@ def lr_factor(
     if shape == "cosine":
         return 0.5 * (1.0 + math.cos(math.pi * x))
     return 1.0 - x
+
+
+def _best_time(fn: Callable[[], Any], repeats: int = 3) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def _has_matrix_units(device: torch.device) -> bool:
+    """A GPU, or a CPU whose flags show AMX tiles for bf16 (Intel Sapphire Rapids and later)."""
+    return device.type == "cuda" or "amx_bf16" in cpu_flags()
+
+
+def resolve_precision(
+    cfg: RunConfig,
+    model: nn.Module,
+    batch: Batch,
+    n_items: int,
+    device: torch.device,
+) -> tuple[RunConfig, dict[str, Any]]:
+    """`cfg` with "auto" precisions decided for this machine, and what was measured.
+
+    `train.loss_bf16 = "auto"`: the chunked CE's forward and backward on random features of
+    this model's width, for a batch's worth of targets, timed in fp32 and in bf16 (best of 3);
+    the faster wins. `train.bf16 = "auto"`: fp32 where there are no bf16 matrix units (a CPU
+    without AMX); else a few forward and backward passes of `model` on `batch` timed both ways
+    (gradients discarded, weights untouched)."""
+    t = cfg.train
+    found: dict[str, Any] = {}
+    bf16, loss_bf16 = t.bf16, t.loss_bf16
+    if loss_bf16 == "auto":
+        d = int(model.output_weights()[0].shape[1])  # type: ignore[operator]
+        m = max(1, int(batch.targets.shape[0]))
+        gen = torch.Generator().manual_seed(0)
+        z = torch.randn(m, d, generator=gen).to(device).requires_grad_()
+        w = (0.02 * torch.randn(n_items, d, generator=gen)).to(device).requires_grad_()
+        y = torch.randint(1, n_items + 1, (m,), generator=gen).to(device)
+
+        def ce(use_bf16: bool) -> Callable[[], None]:
+            return lambda: full_cross_entropy(z, w, None, y, bf16=use_bf16).backward()
+
+        found["loss_s"] = {"fp32": _best_time(ce(False)), "bf16": _best_time(ce(True))}
+        loss_bf16 = found["loss_s"]["bf16"] < found["loss_s"]["fp32"]
+    if bf16 == "auto":
+        if not _has_matrix_units(device):
+            bf16 = False
+            found["bf16_reason"] = "fp32: no bf16 matrix units (no AMX, no GPU)"
+        else:
+            on = batch.to(device)
+            spec = loss_spec(_with_precision(cfg, False, bool(loss_bf16)), n_items)
+
+            def step(use_bf16: bool) -> Callable[[], None]:
+                def run() -> None:
+                    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+                        loss = model_loss(
+                            model,  # type: ignore[arg-type]
+                            spec,
+                            on.inputs,
+                            on.positions,
+                            on.targets,
+                            on.negatives,
+                            on.model_inputs(),
+                        )
+                    loss.backward()
+                    model.zero_grad(set_to_none=True)
+
+                return run
+
+            found["step_s"] = {
+                "fp32": _best_time(step(False), 2),
+                "bf16": _best_time(step(True), 2),
+            }
+            bf16 = found["step_s"]["bf16"] < found["step_s"]["fp32"]
+    return _with_precision(cfg, bool(bf16), bool(loss_bf16)), found
 
 
 class ModelScorer:
@@ -231,7 +311,7 @@ def fit(
     if t.val_metric not in names:
         raise ConfigError(f"train.val_metric {t.val_metric!r} is not one of {', '.join(names)}")
     budget = parse_duration(t.time_budget) if t.time_budget else math.inf
-    spec = loss_spec(cfg, ds.n_items)
+    loss_spec(_with_precision(cfg, False, False), ds.n_items)  # its checks, before any file
     if t.decay == "budget" and not t.time_budget:
         raise ConfigError('train.decay = "budget" needs train.time_budget')
     if not 0.0 <= t.decay_start < 1.0:
@@ -265,6 +345,18 @@ def fit(
     if t.init_from and state is None:
         _warm_start(model, Path(t.init_from), cfg, ds)
     sampler = TASKS[cfg.model](cfg, ds)
+    # "auto" precisions: decided once per run (a resumed run keeps its first decision)
+    precision_start = time.perf_counter()
+    if state is not None and "precision" in state:
+        precision = state["precision"]
+    else:
+        first = next(iter(sampler.epoch(0)))
+        cfg, measured = resolve_precision(cfg, model, first, ds.n_items, device)
+        precision = {"bf16": cfg.train.bf16, "loss_bf16": cfg.train.loss_bf16, **measured}
+    cfg = _with_precision(cfg, precision["bf16"], precision["loss_bf16"])
+    precision_s = time.perf_counter() - precision_start
+    t = cfg.train
+    spec = loss_spec(cfg, ds.n_items)
     optimizer = make_optimizer(model, cfg)
     total_steps = t.max_epochs * len(sampler)
     if t.max_steps > 0:
@@ -292,7 +384,7 @@ def fit(
         bad, history = state["bad"], state["history"]
         best = {**state["best"], "state": state["best_state"]}
 
-    evaluator = ModelScorer(model, t.bf16, device)
+    evaluator = ModelScorer(model, _resolved(t.bf16, "bf16"), device)
 
     def validate() -> float:
         model.eval()
@@ -394,6 +486,7 @@ def fit(
                 "best": {k: v for k, v in best.items() if k != "state"},
                 "best_state": best["state"],
                 "git_commit": commit,  # the code the run started with
+                "precision": precision,
             },
         )
         if out_of_time:
@@ -437,6 +530,7 @@ def fit(
             "seq_per_s": n_samples / max(train_seconds, 1e-9),
             "seed": t.seed,
             "negative_seed": cfg.eval.negative_seed,  # the stored candidates' seed
+            "precision": {**precision, "decided_in_s": precision_s},
             "device": str(device),
             "git_commit": commit,
             "machine": machine(),
@@ -445,6 +539,18 @@ def fit(
     ckpt.save_torch(run_dir / ckpt.WEIGHTS, model.state_dict())
     ckpt.write_json(run_dir / ckpt.METRICS, metrics)
     return FitResult(run_dir, model, metrics)
+
+
+def _resolved(value: bool | str, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f'train.{name} = "{value}" must be resolved first (resolve_precision)')
+    return value
+
+
+def _with_precision(cfg: RunConfig, bf16: bool, loss_bf16: bool) -> RunConfig:
+    return dataclasses.replace(
+        cfg, train=dataclasses.replace(cfg.train, bf16=bf16, loss_bf16=loss_bf16)
+    )
 
 
 def _warm_start(model: nn.Module, source: Path, cfg: RunConfig, ds: PreparedDataset) -> None:
