@@ -1,0 +1,108 @@
+"""Collect probe runs (run directories trained by `seqrec train` with a common base config and a
+few overrides each) into one table: what each probe changed against the base, its validation
+curve at chosen epochs, its test metrics, speed and the commit it was trained at. Finished and
+interrupted runs alike (an interrupted one reports its curve so far, no test).
+
+    python benchmarks/probes.py --base benchmarks/configs/bert4rec-probe-30ep.toml
+        --runs-dir DIR --probe NAME [--probe NAME ...] [--at 9,19,29] [--name bert4rec_probes]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from _common import write_results
+from seqrec.checkpoint import read_config
+from seqrec.config import RunConfig, config_diff, load_config
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--base", required=True, help="the config every probe starts from")
+    ap.add_argument("--runs-dir", required=True)
+    ap.add_argument("--probe", action="append", default=[], help="a run directory's name")
+    ap.add_argument("--at", default="9,19,29", help="epochs whose validation value to show")
+    ap.add_argument("--title", default="Probes")
+    ap.add_argument("--name", default="probes")
+    args = ap.parse_args()
+    base = load_config(RunConfig, args.base)
+    at = [int(e) for e in args.at.split(",")]
+    rows: list[dict[str, Any]] = []
+    for name in args.probe:
+        run = Path(args.runs_dir) / name
+        cfg = read_config(run)
+        changed = [
+            d.split(": ")[0] + " = " + d.split(": ")[1].split(" vs ")[0]
+            for d in config_diff(cfg, base)
+        ]
+        log = [json.loads(x) for x in (run / "log.jsonl").read_text().splitlines()]
+        key = next((k for h in log for k in h if k.startswith("valid_")), None)
+        curve = {h["epoch"]: h[key] for h in log if key and key in h}
+        metrics_path = run / "metrics.json"
+        metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else None
+        rows.append(
+            {
+                "probe": name,
+                "changed": changed,
+                "epochs": len(log),
+                "curve": curve,
+                "best_valid": max(curve.values()) if curve else None,
+                "test": metrics["test"] if metrics else None,
+                "seq_per_s": (
+                    sum(h["sequences"] for h in log) / max(1e-9, sum(h["epoch_s"] for h in log))
+                ),
+                "trained_at": metrics["git_commit"] if metrics else None,
+                "finished": metrics is not None,
+                "seed": cfg.train.seed,
+                "run_dir": str(run),
+            }
+        )
+    lines = [
+        f"# {args.title}",
+        "",
+        f"Base: `{args.base}`; every probe is the base with the settings shown changed. "
+        f"Validation full NDCG@10 at epochs {', '.join(map(str, at))} (0-based); test on the "
+        "state chosen on validation. seq/s is wall-clock training speed, which other jobs on "
+        "the machine slowed for some probes: compare quality, not speed, across rows.",
+        "",
+        "| probe | changed | epochs | "
+        + " | ".join(f"valid @{e}" for e in at)
+        + " | best valid | test full NDCG@10 | test pop100 HR@10 | test pop100 NDCG@10 |",
+        "|---|---|---|" + "---|" * len(at) + "---|---|---|---|",
+    ]
+    for r in rows:
+        cells = [f"{r['curve'][e]:.4f}" if e in r["curve"] else "" for e in at]
+        t = r["test"]
+        test = (
+            [
+                f"{t['full']['ndcg@10']:.4f}",
+                f"{t['pop100']['hr@10']:.4f}",
+                f"{t['pop100']['ndcg@10']:.4f}",
+            ]
+            if t
+            else ["(stopped)", "", ""]
+        )
+        best = f"{r['best_valid']:.4f}" if r["best_valid"] is not None else ""
+        lines.append(
+            f"| {r['probe']} | {', '.join(r['changed']) or '(the base)'} | {r['epochs']} | "
+            + " | ".join(cells)
+            + f" | {best} | "
+            + " | ".join(test)
+            + " |"
+        )
+    seeds = {
+        "train": sorted({r["seed"] for r in rows})[0] if rows else None,
+        "candidates": base.eval.negative_seed,
+    }
+    finished = [Path(r["run_dir"]) for r in rows if r["finished"]]
+    write_results(
+        args.name, {"base": args.base, "probes": rows}, "\n".join(lines), seeds=seeds, runs=finished
+    )
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
