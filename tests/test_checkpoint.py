@@ -1,8 +1,12 @@
-"""The run directory refuses what it did not write: a checkpoint or weights file that carries a
-pickled object (whose loading would run code) is refused with one line, and nothing in it runs."""
+"""The run directory refuses what it did not write and survives what can go wrong while it is
+written: a pickled object in a weight file (whose loading would run code), a damaged, truncated
+or swapped weight file, a second training on the same directory, a full disk."""
 
 from __future__ import annotations
 
+import errno
+import hashlib
+import json
 import os
 import shutil
 from pathlib import Path
@@ -10,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from seqrec.checkpoint import load_run, load_tensors, read_checkpoint
+from seqrec import checkpoint as ckpt
+from seqrec.checkpoint import load_run, load_tensors, read_checkpoint, run_lock
 from seqrec.errors import RunError
 
 
@@ -29,6 +34,13 @@ def _copy_run(src: Path, dst: Path) -> Path:
     return dst
 
 
+def _record(run: Path, name: str) -> None:
+    """What an attacker who can write the directory would also do: record the file's digest."""
+    digests = json.loads((run / "sha256.json").read_text())
+    digests[name] = hashlib.sha256((run / name).read_bytes()).hexdigest()
+    (run / "sha256.json").write_text(json.dumps(digests))
+
+
 def test_a_malicious_checkpoint_is_refused_and_nothing_runs(
     tiny_runs: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -37,7 +49,11 @@ def test_a_malicious_checkpoint_is_refused_and_nothing_runs(
     state = load_tensors(run / "checkpoint.pt")
     state["best_state"] = _Payload(marker)
     torch.save(state, run / "checkpoint.pt")
+    (run / "checkpoint.prev.pt").unlink()
     (run / "model.pt").unlink()  # load_run falls back to the checkpoint's best state
+    with pytest.raises(RunError, match=r"checkpoint\.pt: its sha256 is not one this run recorded"):
+        read_checkpoint(run)
+    _record(run, "checkpoint.pt")  # the digest check passed: the restricted unpickler refuses
     with pytest.raises(RunError, match=r"checkpoint\.pt: refused"):
         read_checkpoint(run)
     with pytest.raises(RunError, match=r"checkpoint\.pt: refused"):
@@ -49,6 +65,9 @@ def test_a_malicious_weights_file_is_refused(tiny_runs: dict[str, Path], tmp_pat
     run = _copy_run(tiny_runs["bert4rec"], tmp_path / "run")
     marker = tmp_path / "pwned"
     torch.save({"weight": _Payload(marker)}, run / "model.pt")
+    with pytest.raises(RunError, match=r"model\.pt: its sha256 is not one"):
+        load_run(run)
+    _record(run, "model.pt")
     with pytest.raises(RunError, match=r"model\.pt: refused"):
         load_run(run)
     assert not marker.exists()
@@ -59,3 +78,75 @@ def test_the_checkpoint_a_run_writes_loads_tensors_only(tiny_runs: dict[str, Pat
     assert state is not None
     assert state["epoch"] == 2 and isinstance(state["optimizer"]["state"], dict)
     assert all(isinstance(v, torch.Tensor) for v in state["model"].values())
+    digests = json.loads((tiny_runs["sasrec"] / "sha256.json").read_text())
+    assert set(digests) == {"checkpoint.pt", "checkpoint.prev.pt", "model.pt"}
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "swap"])
+def test_damaged_weights_are_one_line_errors(
+    tiny_runs: dict[str, Path], tmp_path: Path, damage: str
+) -> None:
+    run = _copy_run(tiny_runs["bert4rec"], tmp_path / "run")
+    weights = run / "model.pt"
+    data = weights.read_bytes()
+    if damage == "truncate":
+        weights.write_bytes(data[: len(data) // 2])
+    elif damage == "flip":
+        weights.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])
+    else:  # another run's weights of the same shape
+        other = tiny_runs["bert4rec"] / "checkpoint.prev.pt"
+        torch.save(load_tensors(other)["model"], weights)
+    with pytest.raises(RunError, match=r"model\.pt: its sha256 is not one this run recorded"):
+        load_run(run)
+
+
+def test_resume_falls_back_to_the_previous_checkpoint(
+    tiny_runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _copy_run(tiny_runs["sasrec"], tmp_path / "run")
+    (run / "checkpoint.pt").write_bytes(b"half a checkpoint")
+    state = read_checkpoint(run)
+    assert state is not None and state["epoch"] == 1  # the epoch before the damaged one
+    assert "checkpoint.pt: its sha256 is not one" in capsys.readouterr().err
+    (run / "checkpoint.prev.pt").write_bytes(b"also damaged")
+    with pytest.raises(RunError, match="checkpoint"):
+        read_checkpoint(run)
+
+
+def test_a_second_training_on_the_same_directory_is_refused(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    with (
+        run_lock(run),
+        pytest.raises(RunError, match=r"in use by another training \(pid \d+ on "),
+        run_lock(run),
+    ):
+        pass
+    assert not (run / ".lock").exists()
+    # a lock left by a process that is gone is taken over
+    run.mkdir(exist_ok=True)
+    dead = os.fork()
+    if dead == 0:
+        os._exit(0)
+    os.waitpid(dead, 0)
+    (run / ".lock").write_text(f"{dead} {os.uname().nodename}")
+    with run_lock(run):
+        assert (run / ".lock").read_text().startswith(str(os.getpid()))
+
+
+def test_a_full_disk_keeps_the_last_good_checkpoint(
+    tiny_runs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = _copy_run(tiny_runs["sasrec"], tmp_path / "run")
+    before = read_checkpoint(run)
+    assert before is not None
+
+    def full(path: Path, write: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(ckpt, "atomic_write", full)
+    with pytest.raises(RunError, match=r"checkpoint\.pt: could not be written \(No space left"):
+        ckpt.save_weights(run, "checkpoint.pt", {"epoch": 99})
+    monkeypatch.undo()
+    after = read_checkpoint(run)
+    assert after is not None and after["epoch"] == before["epoch"]
+    assert sorted(p.name for p in run.iterdir() if p.name.startswith(".")) == []

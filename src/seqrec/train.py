@@ -290,8 +290,22 @@ def fit(
     progress: bool = True,
     source: dict[str, Any] | None = None,
 ) -> FitResult:
-    """Train `cfg.model` on `ds`; the run directory `out` receives everything (see checkpoint)."""
+    """Train `cfg.model` on `ds`; the run directory `out` receives everything (see checkpoint).
+    One training at a time holds the directory (`checkpoint.run_lock`)."""
     run_dir = Path(out)
+    with ckpt.run_lock(run_dir):
+        return _fit(ds, cfg, run_dir, resume=resume, progress=progress, source=source)
+
+
+def _fit(
+    ds: PreparedDataset,
+    cfg: RunConfig,
+    run_dir: Path,
+    *,
+    resume: bool,
+    progress: bool,
+    source: dict[str, Any] | None,
+) -> FitResult:
     state = ckpt.read_checkpoint(run_dir) if resume else None
     if resume:
         if not (run_dir / ckpt.CONFIG).exists():
@@ -299,7 +313,7 @@ def fit(
         if (run_dir / ckpt.METRICS).exists():
             raise ConfigError(f"{run_dir}: the run has already finished ({ckpt.METRICS})")
         cfg = ckpt.read_config(run_dir)  # the run goes on with the settings it started with
-    elif run_dir.exists() and any(run_dir.iterdir()):
+    elif any(p.name != ckpt.LOCK for p in run_dir.iterdir()):
         raise ConfigError(
             f"{run_dir}: already holds files; choose a new --out, or --resume an unfinished run"
         )
@@ -473,8 +487,9 @@ def fit(
             seq_s=f"{line['seq_per_s']:.0f}",
         )
         _write_log(run_dir, history)
-        ckpt.save_torch(
-            run_dir / ckpt.CHECKPOINT,
+        ckpt.save_weights(
+            run_dir,
+            ckpt.CHECKPOINT,
             {
                 "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(),
@@ -536,7 +551,7 @@ def fit(
             "machine": machine(),
         }
     )
-    ckpt.save_torch(run_dir / ckpt.WEIGHTS, model.state_dict())
+    ckpt.save_weights(run_dir, ckpt.WEIGHTS, model.state_dict())
     ckpt.write_json(run_dir / ckpt.METRICS, metrics)
     return FitResult(run_dir, model, metrics)
 
