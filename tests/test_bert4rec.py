@@ -154,3 +154,12 @@ def test_without_the_head_transform_scores_are_h_times_e_plus_bias() -> None:
     assert m.head is None and m.head_norm is None
     h = torch.randn(5, 16)
     assert torch.allclose(m.logits(h), h @ m.item_emb.weight[1:31].T + m.out_bias, atol=1e-6)
+
+
+def test_out_bias_init_log_popularity() -> None:
+    m = _model(n_items=4, cfg=BERT4RecConfig(**{**CFG.__dict__, "out_bias_init": "log_popularity"}))
+    m.init_output_bias(torch.tensor([7, 0, 1, 0]))  # counts of items 1..4, smoothed by one
+    assert torch.allclose(m.out_bias, torch.log(torch.tensor([8.0, 1.0, 2.0, 1.0]) / 12.0))
+    zeros = _model(n_items=4)
+    zeros.init_output_bias(torch.tensor([7, 0, 1, 0]))  # the default leaves the bias at zero
+    assert torch.equal(zeros.out_bias, torch.zeros(4))

@@ -56,6 +56,10 @@ class BERT4RecConfig:
     # the hidden state against the item embeddings directly, h E^T + b^O, as the PyTorch
     # BERT4Rec of Klenitskiy & Vasilev (2023) does; a named deviation (docs/bert4rec.md).
     head_transform: bool = True
+    # The output bias b^O at initialisation: "zeros" (the original code), or "log_popularity",
+    # the log of each item's share of the training interactions, so the model starts where a
+    # popularity ranking is and spends no updates learning it (a named deviation).
+    out_bias_init: Literal["zeros", "log_popularity"] = "zeros"
     # "torch": nn.Dropout. "fast": the same inverted dropout with its mask drawn from 16 random
     # bits per element (models/dropout.py), ~5x cheaper to draw on a CPU; a speed option, its
     # effect on quality is measured in docs/performance.md.
@@ -147,6 +151,14 @@ class BERT4Rec(nn.Module):
         if isinstance(module, nn.Embedding) and module.padding_idx is not None:
             with torch.no_grad():
                 module.weight[module.padding_idx].zero_()
+
+    @torch.no_grad()
+    def init_output_bias(self, popularity: torch.Tensor) -> None:
+        """Set b^O from the training counts of items 1..n (`out_bias_init`); a no-op for
+        "zeros". Counts are smoothed by one so that an unseen item gets a finite bias."""
+        if self.cfg.out_bias_init == "log_popularity":
+            counts = popularity.double() + 1.0
+            self.out_bias.copy_(torch.log(counts / counts.sum()).to(self.out_bias.dtype))
 
     @property
     def max_len(self) -> int:
