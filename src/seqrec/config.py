@@ -355,7 +355,10 @@ def load_config(
                 raise ConfigError(f"override {text!r}: {k} is not a section")
         node[keys[-1]] = value
     if base is None and cls is RunConfig:
-        base = default_config(str(layer.get("model", "bert4rec")))  # type: ignore[assignment]
+        try:
+            base = default_config(str(layer.get("model", "bert4rec")))  # type: ignore[assignment]
+        except ConfigError as err:
+            raise ConfigError(f"{path}: {err}" if path is not None else str(err)) from None
     data: dict[str, Any] = {}
     if base is not None:
         data = dataclasses.asdict(base)  # type: ignore[call-overload]

@@ -195,6 +195,8 @@ def _json_lines(path: Path, raw: bytes, fields: tuple[str, ...]) -> pl.DataFrame
             rec = json.loads(line)
         except json.JSONDecodeError as e:
             raise DataError(f"{path}:{n}: not a JSON object ({e.msg})") from None
+        except (UnicodeDecodeError, RecursionError) as e:
+            raise DataError(f"{path}:{n}: not a UTF-8 JSON object ({type(e).__name__})") from None
         if not isinstance(rec, dict):
             raise DataError(f"{path}:{n}: expected a JSON object, found {type(rec).__name__}")
         for f in fields:
