@@ -122,3 +122,225 @@ def test_concurrent_requests_are_answered_correctly(server: tuple[str, Recommend
     with ThreadPoolExecutor(8) as pool:
         got = list(pool.map(ask, histories * 3))
     assert got == want * 3
+
+
+# ------------------------------------------------------------------ a service that holds
+
+TOKEN = "s3cret-token"
+
+
+@pytest.fixture(scope="module")
+def guarded(tiny_runs: dict[str, Path]) -> Iterator[tuple[str, Recommender]]:
+    """A server with every protection on and small limits; `["slow"]` sleeps 3 s, `["boom"]`
+    raises inside the model call."""
+    from seqrec.serve import ServeOptions
+
+    rec = Recommender.from_run(tiny_runs["sasrec"])
+    real = rec.recommend_encoded
+
+    def instrumented(histories: Any, *args: Any, **kwargs: Any) -> Any:
+        if histories and list(histories[0][:1]) == [-1]:
+            raise RuntimeError("secret internals: /etc/passwd line 3")
+        if histories and list(histories[0][:1]) == [-2]:
+            time.sleep(3)
+        return real(histories, *args, **kwargs)
+
+    rec.recommend_encoded = instrumented  # type: ignore[method-assign]
+    real_encode = rec.encode
+
+    def encode(history: Any) -> Any:  # "boom"/"slow" reach the model as the ids -1/-2
+        enc = real_encode([h for h in history if h not in ("boom", "slow")])
+        marker = [-1] if "boom" in history else [-2] if "slow" in history else []
+        enc.ids = marker + list(enc.ids)
+        return enc
+
+    rec.encode = encode  # type: ignore[method-assign]
+    options = ServeOptions(max_history=50, max_batch=4, max_body=2000, timeout=1.0, api_key=TOKEN)
+    port = _free_port()
+    config = uvicorn.Config(
+        create_app(rec, options), host="127.0.0.1", port=port, log_level="critical"
+    )
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        try:
+            urllib.request.urlopen(url + "/health", timeout=1)
+            break
+        except OSError:
+            time.sleep(0.05)
+    yield url, rec
+    srv.should_exit = True
+    thread.join(timeout=10)
+
+
+def _auth_call(
+    url: str,
+    path: str,
+    body: Any = None,
+    token: str | None = TOKEN,
+    headers: dict[str, str] | None = None,
+    raw: bytes | None = None,
+) -> tuple[int, Any, dict[str, str]]:
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    h = {"Content-Type": "application/json", **(headers or {})}
+    if token is not None:
+        h["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(url + path, data=data, headers=h)
+    try:
+        with urllib.request.urlopen(req, timeout=20) as r:
+            return r.status, json.loads(r.read()), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read()), dict(e.headers)
+
+
+def test_the_bearer_token_is_required_except_for_the_probes(
+    guarded: tuple[str, Recommender],
+) -> None:
+    url, rec = guarded
+    body = {"history": rec.item_ids[:2], "k": 3}
+    assert _auth_call(url, "/recommend", body, token=None)[0] == 401
+    status, out, headers = _auth_call(url, "/recommend", body, token="wrong")
+    assert status == 401 and out == {"detail": "missing or wrong bearer token"}
+    assert headers.get("www-authenticate") == "Bearer"
+    assert _auth_call(url, "/model", token=None)[0] == 401
+    assert _auth_call(url, "/recommend", body)[0] == 200
+    assert _auth_call(url, "/health", token=None)[:2] == (200, {"status": "ok"})
+    assert _auth_call(url, "/ready", token=None)[:2] == (200, {"status": "ready"})
+
+
+def test_limits_timeouts_and_failures_are_short_json_answers(
+    guarded: tuple[str, Recommender],
+) -> None:
+    url, rec = guarded
+    big = json.dumps({"history": ["x" * 50] * 60}).encode()
+    status, out, _ = _auth_call(url, "/recommend", raw=big)
+    assert status == 413 and out == {"detail": "request body over 2000 bytes"}
+    five = {"histories": [rec.item_ids[:1]] * 5, "k": 2}
+    assert _auth_call(url, "/recommend/batch", five)[0] == 422  # over max_batch 4
+    start = time.perf_counter()
+    status, out, _ = _auth_call(url, "/recommend", {"history": ["slow"]})
+    assert status == 504 and out == {"detail": "the request took longer than 1 s"}
+    assert time.perf_counter() - start < 2.5
+    status, out, _ = _auth_call(url, "/recommend", {"history": ["boom"]})
+    assert status == 500 and out == {"detail": "internal error"}  # no trace, no internals
+
+
+def test_cors_is_closed_by_default(guarded: tuple[str, Recommender]) -> None:
+    url, rec = guarded
+    _, _, headers = _auth_call(
+        url, "/recommend", {"history": []}, headers={"Origin": "https://evil.example"}
+    )
+    assert not any(k.lower().startswith("access-control-") for k in headers)
+
+
+def test_a_slow_client_does_not_block_the_others(guarded: tuple[str, Recommender]) -> None:
+    url, rec = guarded
+    host, port = url.removeprefix("http://").split(":")
+    slow = socket.create_connection((host, int(port)))
+    slow.sendall(
+        b"POST /recommend HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Authorization: Bearer {TOKEN}\r\nContent-Length: 100\r\n\r\n".encode()
+        + b'{"history": ['
+    )  # ... and never the rest
+    try:
+        start = time.perf_counter()
+        for _ in range(20):
+            assert _auth_call(url, "/recommend", {"history": rec.item_ids[:3], "k": 2})[0] == 200
+        assert time.perf_counter() - start < 5
+        slow.settimeout(10)
+        answer = slow.recv(4096)  # the stalled request is answered by the timeout
+        assert b" 504 " in answer.split(b"\r\n")[0]
+    finally:
+        slow.close()
+
+
+def test_fuzzed_json_gets_only_2xx_or_4xx(guarded: tuple[str, Recommender]) -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    url, rec = guarded
+    leaf = st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(allow_nan=False),
+        st.text(max_size=5),
+        st.sampled_from(rec.item_ids[:5]),
+    )
+    value = st.recursive(
+        leaf,
+        lambda c: st.one_of(
+            st.lists(c, max_size=4), st.dictionaries(st.text(max_size=5), c, max_size=3)
+        ),
+        max_leaves=12,
+    )
+    body = st.one_of(
+        value,
+        st.fixed_dictionaries(
+            {"history": value}, optional={"k": value, "exclude_seen": value, "candidates": value}
+        ),
+        st.fixed_dictionaries({"histories": value}, optional={"k": value}),
+    )
+
+    @settings(
+        max_examples=int(__import__("os").environ.get("SEQREC_FUZZ_EXAMPLES", "60")),
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture],
+    )
+    @given(path=st.sampled_from(["/recommend", "/recommend/batch"]), body=body)
+    def check(path: str, body: Any) -> None:
+        status, out, _ = _auth_call(url, path, raw=json.dumps(body).encode())
+        assert 200 <= status < 500, (status, out)
+        assert "Traceback" not in json.dumps(out)
+
+    check()
+
+
+SIGTERM_SERVER = r"""
+import sys, time
+import uvicorn
+from seqrec.recommender import Recommender
+from seqrec.serve import create_app
+
+rec = Recommender.from_run(sys.argv[1])
+real = rec.recommend_encoded
+
+def slow(*args, **kwargs):
+    time.sleep(1.5)
+    return real(*args, **kwargs)
+
+rec.recommend_encoded = slow
+uvicorn.run(create_app(rec), host="127.0.0.1", port=int(sys.argv[2]), log_level="error")
+"""
+
+
+def test_sigterm_finishes_the_requests_in_flight(tiny_runs: dict[str, Path]) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SIGTERM_SERVER, str(tiny_runs["sasrec"]), str(port)]
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(400):
+            try:
+                urllib.request.urlopen(url + "/ready", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.05)
+        with ThreadPoolExecutor(2) as pool:
+            pending = pool.submit(_call, url, "/recommend", {"history": [], "k": 2})
+            time.sleep(0.5)  # the request is inside the model call now
+            proc.send_signal(signal.SIGTERM)
+            status, out = pending.result(timeout=30)
+        assert status == 200 and len(out["items"]) == 2
+        # uvicorn exits after the graceful shutdown, re-raising the signal it caught
+        assert proc.wait(timeout=30) in (0, -signal.SIGTERM)
+    finally:
+        if proc.poll() is None:
+            proc.kill()

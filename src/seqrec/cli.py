@@ -363,15 +363,28 @@ def _parse_id(text: str) -> object:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from seqrec.serve import serve
+    from seqrec.serve import ServeOptions, serve
 
+    api_key = None
+    if args.api_key_env:
+        api_key = os.environ.get(args.api_key_env)
+        if not api_key:
+            raise ConfigError(f"--api-key-env {args.api_key_env}: that variable is unset or empty")
+    options = ServeOptions(
+        max_history=args.max_history,
+        max_batch=args.max_batch,
+        max_body=args.max_body,
+        timeout=args.timeout,
+        api_key=api_key,
+        cors_origins=tuple(args.cors_origin),
+    )
     serve(
         args.run,
         host=args.host,
         port=args.port,
         workers=args.workers,
         unknown=args.unknown,
-        max_history=args.max_history,
+        options=options,
     )
     return 0
 
@@ -535,6 +548,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=1, help="processes, each loads the model")
     p.add_argument("--unknown", choices=["drop", "reject"], default="drop")
     p.add_argument("--max-history", type=int, default=10_000, help="longest history accepted")
+    p.add_argument("--max-batch", type=int, default=1024, help="histories per batch request")
+    p.add_argument("--max-body", type=int, default=1_000_000, help="request body bytes")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds per request (504)")
+    p.add_argument(
+        "--api-key-env", metavar="NAME", help="require 'Authorization: Bearer $NAME' (401)"
+    )
+    p.add_argument("--cors-origin", action="append", default=[], help="allowed origin (none)")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("export", help="export a run's model (ONNX or TorchScript)")

@@ -1,37 +1,124 @@
 """The HTTP service: a thin adapter over `Recommender` (FastAPI + uvicorn, the `serve` extra).
 
     seqrec serve runs/sasrec [--host 127.0.0.1] [--port 8000] [--workers 1]
+        [--api-key-env NAME] [--max-body 1000000] [--max-batch 1024] [--timeout 10]
+        [--cors-origin URL ...]
 
     POST /recommend        {"history": [1193, 661], "k": 10, "exclude_seen": true,
                             "candidates": null}
                         -> {"items": [{"item", "score", "title"?}], "dropped": [unknown ids]}
     POST /recommend/batch  {"histories": [[...], ...], "k": 10, "exclude_seen": true}
                         -> {"results": [{"items": [...], "dropped": [...]}, ...]}
-    GET  /health           {"status": "ok"}
+    GET  /health           liveness: the process answers ({"status": "ok"})
+    GET  /ready            readiness: the model is loaded and has scored ({"status": "ready"})
     GET  /model            model, dataset, metrics, version
     GET  /docs             OpenAPI documentation
 
 Bad requests get a 4xx whose `detail` says what was wrong: malformed JSON or wrong types (422),
-k outside 1..catalogue (422), a history longer than `max_history` (413), unknown items under
-`--unknown reject` (422). The model is loaded once; requests are served concurrently.
+k outside 1..catalogue (422), a history longer than `max_history` or a batch larger than
+`max_batch` (413, 422), a body larger than `max_body` (413), unknown items under
+`--unknown reject` (422), a missing or wrong bearer token when `--api-key-env` names one (401).
+A request running longer than `timeout` gets 504; an unexpected failure gets a 500 whose body
+says only that (never a stack trace). CORS is closed unless origins are named. SIGTERM stops
+accepting connections and finishes the requests in flight (uvicorn's graceful shutdown). The
+model is loaded once; requests are served concurrently.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the request models of the endpoints
 # below from their annotations, and those models are local to create_app.
 
+import asyncio
+import dataclasses
+import hmac
+import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from seqrec.errors import ConfigError
 from seqrec.recommender import Recommender, UnknownItemsError
 
-__all__ = ["create_app", "serve"]
+__all__ = ["ServeOptions", "create_app", "serve"]
 
 RUN_ENV = "SEQREC_SERVE_RUN"  # how `--workers N` processes learn what to load
+OPTIONS_ENV = "SEQREC_SERVE_OPTIONS"  # ... and with which options (JSON)
 UNKNOWN_ENV = "SEQREC_SERVE_UNKNOWN"
-MAX_HISTORY_ENV = "SEQREC_SERVE_MAX_HISTORY"
-MAX_BATCH = 1024  # histories per /recommend/batch request
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """What the service accepts and how it protects itself."""
+
+    max_history: int = 10_000  # items per history
+    max_batch: int = 1024  # histories per /recommend/batch request
+    max_body: int = 1_000_000  # bytes per request body
+    timeout: float = 10.0  # seconds a request may run before it gets 504
+    api_key: str | None = None  # bearer token every endpoint but /health and /ready needs
+    cors_origins: tuple[str, ...] = ()  # none: CORS closed
+
+
+_OPEN = ("/health", "/ready")  # answered without a token: what probes call
+
+
+class _Guard:
+    """ASGI middleware: the bearer token, the body-size cap and the per-request timeout,
+    answered as JSON before (or instead of) the app."""
+
+    def __init__(self, app: Any, options: ServeOptions) -> None:
+        self.app, self.options = app, options
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        o = self.options
+        headers = {k.lower(): v for k, v in scope.get("headers", [])}
+        if o.api_key is not None and scope.get("path") not in _OPEN:
+            given = headers.get(b"authorization", b"")
+            if not hmac.compare_digest(given, f"Bearer {o.api_key}".encode()):
+                return await _json(
+                    send, 401, "missing or wrong bearer token", [(b"www-authenticate", b"Bearer")]
+                )
+        length = headers.get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > o.max_body):
+            return await _json(send, 413, f"request body over {o.max_body} bytes")
+        received, started = 0, False
+
+        async def limited_receive() -> Any:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > o.max_body:
+                    raise _TooLarge
+            return message
+
+        async def tracking_send(message: Any) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await asyncio.wait_for(self.app(scope, limited_receive, tracking_send), o.timeout)
+        except _TooLarge:
+            if not started:
+                await _json(send, 413, f"request body over {o.max_body} bytes")
+        except TimeoutError:
+            if not started:
+                await _json(send, 504, f"the request took longer than {o.timeout:g} s")
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _json(send: Any, status: int, detail: str, extra: list[Any] | None = None) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send(
+        {"type": "http.response.start", "status": status, "headers": headers + (extra or [])}
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 def _imports() -> tuple[Any, Any, Any]:
@@ -46,11 +133,19 @@ def _imports() -> tuple[Any, Any, Any]:
     return fastapi, pydantic, uvicorn
 
 
-def create_app(rec: Recommender, *, max_history: int = 10_000) -> Any:
-    """A FastAPI app serving `rec`."""
+def create_app(
+    rec: Recommender, options: ServeOptions | None = None, *, max_history: int | None = None
+) -> Any:
+    """A FastAPI app serving `rec` (`max_history`: a shortcut for that option)."""
     _imports()  # a clear error when the extra is missing
     import fastapi
     import pydantic
+    from fastapi.responses import JSONResponse
+
+    opts = options or ServeOptions()
+    if max_history is not None:
+        opts = dataclasses.replace(opts, max_history=max_history)
+    max_history = opts.max_history
 
     from seqrec import __version__
 
@@ -66,7 +161,7 @@ def create_app(rec: Recommender, *, max_history: int = 10_000) -> Any:
 
     class BatchRequest(pydantic.BaseModel):
         model_config = pydantic.ConfigDict(extra="forbid")
-        histories: list[list[Item]] = pydantic.Field(max_length=MAX_BATCH)
+        histories: list[list[Item]] = pydantic.Field(max_length=opts.max_batch)
         k: int = pydantic.Field(10, ge=1, le=n_items, description=f"1..{n_items}")
         exclude_seen: bool = True
 
@@ -75,6 +170,23 @@ def create_app(rec: Recommender, *, max_history: int = 10_000) -> Any:
         version=__version__,
         description=f"Top-k recommendations from {rec.run.config.model} ({rec.run.path.name})",
     )
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Any, exc: Exception) -> Any:
+        # whatever failed, the client learns only that: no stack trace, no internals
+        return JSONResponse({"detail": "internal error"}, status_code=500)
+
+    if opts.cors_origins:
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(opts.cors_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
+    app.add_middleware(_Guard, options=opts)
+    rec.recommend([], k=1)  # a first scoring: /ready means the model answers
 
     def check_length(history: list[Any]) -> None:
         if len(history) > max_history:
@@ -101,6 +213,10 @@ def create_app(rec: Recommender, *, max_history: int = 10_000) -> Any:
     @app.get("/health")
     def health() -> dict[str, str]:
         return {"status": "ok"}
+
+    @app.get("/ready")
+    def ready() -> dict[str, str]:
+        return {"status": "ready"}
 
     @app.get("/model")
     def model() -> dict[str, Any]:
@@ -140,7 +256,9 @@ def app_from_env() -> Any:
     if not run:
         raise ConfigError(f"{RUN_ENV} is not set")
     rec = Recommender.from_run(run, unknown=os.environ.get(UNKNOWN_ENV, "drop"))  # type: ignore[arg-type]
-    return create_app(rec, max_history=int(os.environ.get(MAX_HISTORY_ENV, "10000")))
+    raw = json.loads(os.environ.get(OPTIONS_ENV, "{}"))
+    raw["cors_origins"] = tuple(raw.get("cors_origins", ()))
+    return create_app(rec, ServeOptions(**raw))
 
 
 def serve(
@@ -150,15 +268,17 @@ def serve(
     port: int = 8000,
     workers: int = 1,
     unknown: str = "drop",
-    max_history: int = 10_000,
+    options: ServeOptions | None = None,
     log_level: str = "info",
 ) -> None:
-    """Load the run once (per worker process) and serve it until interrupted."""
+    """Load the run once (per worker process) and serve it until interrupted (SIGINT/SIGTERM:
+    in-flight requests finish first)."""
     _, _, uvicorn = _imports()
+    options = options or ServeOptions()
     if workers > 1:  # each process loads the run itself
         os.environ[RUN_ENV] = str(Path(run_dir).resolve())
         os.environ[UNKNOWN_ENV] = unknown
-        os.environ[MAX_HISTORY_ENV] = str(max_history)
+        os.environ[OPTIONS_ENV] = json.dumps(dataclasses.asdict(options))
         uvicorn.run(
             "seqrec.serve:app_from_env",
             factory=True,
@@ -169,4 +289,4 @@ def serve(
         )
         return
     rec = Recommender.from_run(run_dir, unknown=unknown)  # type: ignore[arg-type]
-    uvicorn.run(create_app(rec, max_history=max_history), host=host, port=port, log_level=log_level)
+    uvicorn.run(create_app(rec, options), host=host, port=port, log_level=log_level)
