@@ -3,9 +3,12 @@ from C concurrent clients, each a real history of the run's data; throughput, p5
 errors), and the library's batch scoring (histories/s) and one-history latency.
 
     python benchmarks/serve_load.py RUN_DIR [--requests 5000] [--clients 8] [--k 10]
-        [--workers 1] [--name serve_load]
+        [--workers 1] [--min-seconds 0] [--name serve_load]
 
 The server is started as a separate process (`seqrec serve`) on 127.0.0.1 and stopped at the end.
+A soak: `--requests 20000 --clients 16 --min-seconds 120 --name soak` keeps sending until both
+the count and the time are reached, and records the server's resident memory (RSS, from
+/proc) after the warm-up and at the end.
 """
 
 from __future__ import annotations
@@ -35,6 +38,26 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _rss_mib(pid: int) -> float | None:
+    """Resident memory of a process in MiB (Linux /proc), None elsewhere."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def _rss_cell(http: dict) -> str:
+    if http["rss_growth"] is None:
+        return "not measured"
+    return (
+        f"{http['rss_start_mib']:.0f} → {http['rss_end_mib']:.0f} MiB "
+        f"({100 * http['rss_growth']:+.1f} %)"
+    )
+
+
 def _post(url: str, body: dict) -> tuple[int, float]:
     data = json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
@@ -57,6 +80,7 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--min-seconds", type=float, default=0.0, help="keep sending this long")
     ap.add_argument("--name", default="serve_load")
     args = ap.parse_args()
 
@@ -96,21 +120,28 @@ def main() -> None:
         bodies = [{"history": external[i][-200:], "k": args.k} for i in picks]
         for b in bodies[:50]:  # warm-up
             _post(base + "/recommend", b)
+        rss_start = _rss_mib(server.pid)
         start = time.perf_counter()
+        results: list[tuple[int, float]] = []
         with ThreadPoolExecutor(args.clients) as pool:
-            results = list(pool.map(lambda b: _post(base + "/recommend", b), bodies))
+            while len(results) < args.requests or time.perf_counter() - start < args.min_seconds:
+                results += pool.map(lambda b: _post(base + "/recommend", b), bodies)
         wall = time.perf_counter() - start
+        rss_end = _rss_mib(server.pid)
     finally:
         server.terminate()
         server.wait(timeout=30)
     statuses = np.array([s for s, _ in results])
     lat = np.array([t for _, t in results]) * 1000
     http = {
-        "requests": args.requests,
+        "requests": len(results),
+        "rss_start_mib": rss_start,
+        "rss_end_mib": rss_end,
+        "rss_growth": (rss_end / rss_start - 1) if rss_start and rss_end else None,
         "clients": args.clients,
         "server_workers": args.workers,
         "errors": int((statuses != 200).sum()),
-        "requests_per_s": args.requests / wall,
+        "requests_per_s": len(results) / wall,
         "p50_ms": float(np.percentile(lat, 50)),
         "p99_ms": float(np.percentile(lat, 99)),
         "wall_s": wall,
@@ -126,11 +157,12 @@ def main() -> None:
         f"# Serving `{Path(args.run).name}` ({rec.run.config.model}, {rec.n_items:,} items, "
         f"max_len {rec.max_len})\n\n"
         "## HTTP service (`seqrec serve`, its own process, 127.0.0.1)\n\n"
-        "| requests | clients | workers | errors | requests/s | p50 ms | p99 ms |\n"
-        "|---|---|---|---|---|---|---|\n"
+        "| requests | clients | workers | seconds | errors | requests/s | p50 ms | p99 ms "
+        "| server RSS start → end |\n"
+        "|---|---|---|---|---|---|---|---|---|\n"
         f"| {http['requests']:,} | {http['clients']} | {http['server_workers']} | "
-        f"{http['errors']} | {http['requests_per_s']:.0f} | {http['p50_ms']:.1f} | "
-        f"{http['p99_ms']:.1f} |\n\n"
+        f"{http['wall_s']:.0f} | {http['errors']} | {http['requests_per_s']:.0f} | "
+        f"{http['p50_ms']:.1f} | {http['p99_ms']:.1f} | {_rss_cell(http)} |\n\n"
         "Each request: one real user's history (its last 200 items), top-"
         f"{args.k}, history items excluded.\n\n"
         "## Library (`Recommender`, in process)\n\n"
