@@ -222,3 +222,49 @@ def test_toml_configs_give_a_config_or_one_line(text: str) -> None:
             load_config(RunConfig, path)
         except SeqrecError as err:
             assert "\n" not in str(err) and "c.toml" in str(err), str(err)
+
+
+def test_recommend_input_logs_give_recommendations_or_one_line(
+    tiny_runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from seqrec.cli import main
+
+    items = [str(i) for i in range(1, 8)]
+    line = st.lists(st.one_of(FIELD, st.sampled_from(items)), min_size=1, max_size=4).map(",".join)
+
+    @FUZZ
+    @given(
+        header=st.sampled_from(["user,item", "user,item,timestamp", "a,b", ""]),
+        lines=st.lists(line, max_size=10),
+        eol=st.sampled_from(["\n", "\r\n"]),
+        suffix=st.sampled_from([".csv", ".parquet"]),
+    )
+    def check(header: str, lines: list[str], eol: str, suffix: str) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            log, out = Path(tmp) / "log.csv", Path(tmp) / f"recs{suffix}"
+            log.write_bytes(eol.join([header, *lines]).encode("utf-8", errors="replace"))
+            capsys.readouterr()
+            code = main(
+                [
+                    "recommend",
+                    str(tiny_runs["sasrec"]),
+                    "--input",
+                    str(log),
+                    "--output",
+                    str(out),
+                    "-k",
+                    "3",
+                    "--quiet",
+                ]
+            )
+            err = capsys.readouterr().err.strip()
+            if code == 0:
+                assert out.exists()
+                table = pl.read_parquet(out) if suffix == ".parquet" else pl.read_csv(out)
+                assert table.height > 0
+            else:
+                assert code == 2 and len(err.splitlines()) == 1 and "log.csv" in err, err
+                assert not out.exists()  # nothing half-written
+            assert [p.name for p in Path(tmp).iterdir()] in (["log.csv"], ["log.csv", out.name])
+
+    check()

@@ -337,10 +337,16 @@ def read_table(
 
 def _timestamp_column(df: pl.DataFrame, column: str, path: Path, first_line: int) -> pl.Series:
     src = df.get_column(column).str.strip_chars()
+    if src.is_null().any() or (src == "").any():
+        row = int((src.is_null() | (src == "")).arg_max() or 0)
+        raise DataError(f"{path}:{row + first_line}: missing {column}")
     as_int = src.cast(pl.Int64, strict=False)
     if not as_int.is_null().any():
         return as_int
-    as_dt = src.str.to_datetime(strict=False, time_unit="us")
+    try:
+        as_dt = src.str.to_datetime(strict=False, time_unit="us")
+    except pl.exceptions.PolarsError:  # no single datetime format fits the column
+        as_dt = pl.Series(column, [None] * len(src), dtype=pl.Datetime("us"))
     if not as_dt.is_null().any():
         return (as_dt.dt.epoch("s")).alias(column)
     row = int((as_int.is_null() & as_dt.is_null()).arg_max() or 0)
