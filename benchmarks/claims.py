@@ -6,7 +6,8 @@ or first rewrites the copied tables):
 - a claim: a number followed by an HTML comment naming its source, e.g.
   ``0.1810<!-- = time_to_quality.json runs.1.test_full_ndcg@10 -->``: the value at that key
   path (dots; list indices are numbers) of benchmarks/results/<file>, shown to the number's
-  decimals, must be the number (``x100`` after the key for a percentage);
+  decimals, must be the number (``x100`` after the key for a percentage, ``/60`` for minutes
+  from seconds);
 - a copied table: ``<!-- table: bert4rec_ml1m.md 2 -->`` then a Markdown table, then
   ``<!-- /table -->``: the table must be the 2nd table of that results file (1-based), as the
   benchmark wrote it. `--render` rewrites every copied table from its source.
@@ -35,7 +36,9 @@ ROOT = Path(__file__).resolve().parent.parent  # the checkout
 RESULTS = ROOT / "benchmarks" / "results"
 NUMBER = r"(?P<num>-?\d[\d,]*(?:\.\d+)?)"
 CLAIM = re.compile(
-    NUMBER + r"(?P<unit>\s?%|x)?\*{0,2}<!-- = (?P<file>\S+) (?P<key>\S+)(?: x(?P<scale>\d+))? -->"
+    NUMBER
+    + r"(?P<unit>\s?%|x)?\*{0,2}<!-- = (?P<file>\S+) (?P<key>\S+)"
+    + r"(?: (?P<op>[x/])(?P<scale>\d+))? -->"
 )
 TABLE = re.compile(
     r"<!-- table: (?P<file>\S+) (?P<n>\d+) -->\n(?P<body>.*?)<!-- /table -->", re.DOTALL
@@ -119,7 +122,9 @@ def check_docs(docs: list[Path], published: set[str]) -> list[Problem]:
             line = text.count("\n", 0, m.start()) + 1
             try:
                 data = json.loads((RESULTS / m["file"]).read_text())
-                value = float(_lookup(data, m["key"])) * (int(m["scale"]) if m["scale"] else 1)
+                value = float(_lookup(data, m["key"]))
+                if m["scale"]:
+                    value = value * int(m["scale"]) if m["op"] == "x" else value / int(m["scale"])
             except (OSError, KeyError, IndexError, ValueError, TypeError) as err:
                 problems.append(
                     Problem(name, line, f"{m['file']} {m['key']}: no such value ({err})")
