@@ -63,7 +63,7 @@ def main() -> None:
         f"| {rows['properties']} | {rows['cases_tried']:,} | {rows['failing_cases']} "
         f"| {rows['pytest']} | {seconds:.0f} |\n"
     )
-    write_results(args.name, rows, md, seeds={"hypothesis": None})
+    write_results(args.name, rows, md, seeds={"hypothesis": 0})
     print(md)
     if proc.returncode:
         print(out[-3000:])
