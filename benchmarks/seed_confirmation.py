@@ -88,7 +88,7 @@ def _write(
     cand_seeds: list[int],
 ) -> None:
     metrics = [(p, m) for p in PROTOCOLS for m in ("hr@10", "ndcg@10")]
-    summary: dict[str, Any] = {}
+    summary: dict[str, dict[str, Any]] = {}  # protocol -> metric -> statistics
     for p, m in metrics:
         values = [r["test"][p][m] for r in rows]
         by_train = [
@@ -96,7 +96,7 @@ def _write(
             for s in dict.fromkeys(r["train_seed"] for r in rows)
         ]
         target = targets.get(f"test.{p}.{m}")
-        summary[f"{p}.{m}"] = {
+        summary.setdefault(p, {})[m] = {
             "mean": statistics.mean(values),
             "std": statistics.stdev(values) if len(values) > 1 else None,
             "std_over_training_seeds": statistics.stdev(by_train) if len(by_train) > 1 else None,
@@ -116,7 +116,7 @@ def _write(
         "| holds on the mean |",
         "|---|---|---|---|---|---|---|",
     ]
-    for key, s in summary.items():
+    for key, s in ((f"{p}.{m}", v) for p, row in summary.items() for m, v in row.items()):
         std = "" if s["std"] is None else f" ± {s['std']:.4f}"
         tstd = "" if s["std_over_training_seeds"] is None else f"{s['std_over_training_seeds']:.4f}"
         target = "" if s["target"] is None else f"{s['target']}"
