@@ -4,8 +4,12 @@ of the state chosen on validation at each budget, as a curve (PNG) and a table; 
 chosen budgets give a mean and standard deviation.
 
     python benchmarks/time_to_quality.py [--data-dir DIR]
-        [--model bert4rec:ml-1m-bert4rec ...] [--budgets 5,10,15,30,60,90]
-        [--seeds 15:0,1,2] [--set KEY=VALUE ...] [--runs-dir DIR] [--name time_to_quality]
+        [--model bert4rec:ml-1m-bert4rec[:5,10,15] ...] [--budgets 5,10,15,30,60,90]
+        [--seeds bert4rec:15:0,1,2 ...] [--set KEY=VALUE ...] [--runs-dir DIR]
+        [--name time_to_quality]
+
+A model's own budget list (minutes) may follow its config; else --budgets. Seed 0 runs at every
+budget; --seeds adds training seeds for one model at one budget.
 
 Every point is a run directory (`ttq-<config>-<budget>m-s<seed>`): finished points are reused
 after checking their config, an interrupted one resumes, and the results file is rewritten after
@@ -57,14 +61,14 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data-dir")
-    ap.add_argument("--model", action="append", default=[], metavar="MODEL:CONFIG")
+    ap.add_argument("--model", action="append", default=[], metavar="MODEL:CONFIG[:BUDGETS]")
     ap.add_argument("--budgets", default="5,10,15,30,60,90", help="minutes")
     ap.add_argument(
         "--seeds",
         action="append",
         default=[],
-        metavar="BUDGET:SEED,SEED",
-        help="extra training seeds at a budget (seed 0 runs at every budget)",
+        metavar="MODEL:BUDGET:SEED,SEED",
+        help="extra training seeds of a model at a budget (seed 0 runs at every budget)",
     )
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="all runs")
     ap.add_argument("--runs-dir", help="run directories (default: $SEQREC_HOME/runs)")
@@ -72,15 +76,16 @@ def main() -> None:
     args = ap.parse_args()
     src = paper_ml1m(args.data_dir)
     runs = runs_dir(args.runs_dir)
-    budgets = [int(b) for b in args.budgets.split(",")]
-    seeds: dict[int, list[int]] = {b: [0] for b in budgets}
+    extra: dict[tuple[str, int], list[int]] = {}
     for spec in args.seeds:
-        b, _, s = spec.partition(":")
-        seeds.setdefault(int(b), [0]).extend(int(x) for x in s.split(",") if int(x) != 0)
+        name, b, seed_list = spec.split(":")
+        extra[(name, int(b))] = [int(x) for x in seed_list.split(",") if int(x) != 0]
     rows: list[dict[str, Any]] = []
     run_dirs: list[Path] = []
     for spec in args.model or DEFAULT_MODELS:
-        model, config = spec.split(":")
+        model, config, *own = spec.split(":")
+        budgets = [int(b) for b in (own[0] if own else args.budgets).split(",")]
+        seeds = {b: [0, *extra.get((model, b), [])] for b in budgets}
         for budget in sorted(seeds):
             for seed in seeds[budget]:
                 overrides = [f"train.time_budget='{budget}m'", f"train.seed={seed}", *args.set]
