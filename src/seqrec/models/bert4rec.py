@@ -34,7 +34,8 @@ class BERT4RecConfig:
     n_heads: int = 2  # h (§4.3: head size 32)
     dropout: float = 0.2  # hidden dropout; the paper tunes it, the original ML-1M script uses 0.2
     # Dropout on the attention weights (original code: 0.2). Any value > 0 forces PyTorch's
-    # unfused attention path, ~5x slower on CPU; the ML-1M recipe sets 0 (docs/bert4rec.md).
+    # unfused (slower) attention path; the ML-1M recipe sets 0 (docs/bert4rec.md, and
+    # benchmarks/throughput.py --variant to measure the cost on a machine).
     attn_dropout: float = 0.2
     # Initialisation. "trunc_normal": std 0.02 cut at ±2 std, as the original code's
     # truncated_normal_initializer(0.02); "trunc_normal_range": cut at ±0.02, the paper's text
@@ -61,7 +62,7 @@ class BERT4RecConfig:
     # popularity ranking is and spends no updates learning it (a named deviation).
     out_bias_init: Literal["zeros", "log_popularity"] = "zeros"
     # "torch": nn.Dropout. "fast": the same inverted dropout with its mask drawn from 16 random
-    # bits per element (models/dropout.py), ~5x cheaper to draw on a CPU; a speed option, its
+    # bits per element (models/dropout.py), cheaper to draw on a CPU; a speed option, its
     # effect on quality is measured in docs/performance.md.
     dropout_impl: DropoutKind = "torch"
 

@@ -39,7 +39,8 @@ class SASRecConfig:
     n_heads: int = 1  # the paper uses one head; the original code supports several
     dropout: float = 0.2  # §IV-C: 0.2 for ML-1M, 0.5 for the sparse datasets
     # Dropout on the attention weights. The original code applies `dropout` there; any value
-    # > 0 forces PyTorch's unfused attention path (~5x slower attention on CPU).
+    # > 0 forces PyTorch's unfused (slower) attention path; benchmarks/throughput.py --variant
+    # measures the cost on a machine.
     attn_dropout: float = 0.2
     # original code: item embeddings are multiplied by sqrt(d) before the positional embedding
     # is added; the paper's Eq. 1 adds them unscaled.
@@ -60,7 +61,7 @@ class SASRecConfig:
     # it its own embedding: the paper's "Unshared IE" ablation (Table IV) and gSASRec's default.
     shared_embedding: bool = True
     # "torch": nn.Dropout. "fast": the same inverted dropout with its mask drawn from 16 random
-    # bits per element (models/dropout.py), ~5x cheaper to draw on a CPU; a speed option, its
+    # bits per element (models/dropout.py), cheaper to draw on a CPU; a speed option, its
     # effect on quality is measured in docs/performance.md.
     dropout_impl: DropoutKind = "torch"
 
