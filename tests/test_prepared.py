@@ -141,3 +141,31 @@ def test_changing_the_sampler_needs_a_format_version_bump(tmp_path: Path) -> Non
         "the prepared data changed: bump FORMAT_VERSION in seqrec/data/prepared.py and record "
         f"{h.hexdigest()} for it in PREPARED_DIGESTS"
     )
+
+
+def test_a_published_user_item_file_is_not_filtered_again_unless_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Users 1-6 have 6 items each among items 1-6; user 7 has 3 items and item 7 appears once:
+    # a 5-core drops user 7 (3 < 5) and item 7 (1 < 5), i.e. 3 of the 39 interactions.
+    lines = [f"{u} {i}" for u in range(1, 7) for i in range(1, 7)] + ["7 1", "7 2", "7 7"]
+    src = tmp_path / "paper.txt"
+    src.write_text("\n".join(lines) + "\n")
+    ds = prepare(src, out=tmp_path / "as-is", progress=False)
+    assert (ds.stats["users"], ds.stats["items"], ds.stats["actions"]) == (7, 7, 39)
+    note = capsys.readouterr().err
+    assert "paper.txt: a published `user item` dataset, taken as it is" in note
+    assert "would keep 36 of its 39 interactions" in note
+    cfg = DataConfig(min_user_interactions=5, min_item_interactions=5)
+    ds5 = prepare(src, out=tmp_path / "5-core", data_cfg=cfg, progress=False)
+    assert (ds5.stats["users"], ds5.stats["items"], ds5.stats["actions"]) == (6, 6, 36)
+    assert capsys.readouterr().err == ""
+
+
+def test_a_raw_log_gets_the_papers_5_core_by_default(tmp_path: Path) -> None:
+    lines = [f"{u}::{i}::5::{10 * u + i}" for u in range(1, 7) for i in range(1, 7)]
+    lines += ["7::1::5::1", "7::2::5::2", "7::7::5::3"]
+    src = tmp_path / "ratings.dat"
+    src.write_text("\n".join(lines) + "\n")
+    ds = prepare(src, out=tmp_path / "p", progress=False)
+    assert (ds.stats["users"], ds.stats["items"], ds.stats["actions"]) == (6, 6, 36)

@@ -91,13 +91,13 @@ def _add_kcore_flags(p: argparse.ArgumentParser) -> None:
         "--min-user-interactions",
         type=int,
         metavar="K",
-        help="k-core: drop users with fewer interactions (default 5)",
+        help="k-core: drop users with fewer interactions (default 5; none for a `user item` file)",
     )
     p.add_argument(
         "--min-item-interactions",
         type=int,
         metavar="K",
-        help="k-core: drop items with fewer interactions (default 5)",
+        help="k-core: drop items with fewer interactions (default 5; none for a `user item` file)",
     )
 
 

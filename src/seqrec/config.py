@@ -40,8 +40,11 @@ class DataConfig:
     """How a raw file becomes a prepared dataset (BERT4Rec §4.1, SASRec §IV-A)."""
 
     format: str | None = None  # reader name; None = from the file name
-    min_user_interactions: int = 5  # k-core: users with fewer are dropped (both papers: 5)
-    min_item_interactions: int = 5  # k-core: items with fewer are dropped (SASRec: 5)
+    # k-core: users / items with fewer interactions are dropped (both papers: 5). None: 5 for a
+    # raw log; no filter for a `user item` file (the papers' format), which is a published,
+    # already-filtered dataset that a second k-core would shrink (e.g. Beauty). A number applies.
+    min_user_interactions: int | None = None
+    min_item_interactions: int | None = None
     user_col: str = "user"  # generic csv/parquet only
     item_col: str = "item"
     time_col: str | None = "timestamp"  # None: rows already in time order per user
@@ -234,6 +237,9 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         args = typing.get_args(tp)
         if value is None and type(None) in args:
             return None
+        others = [a for a in args if a is not type(None)]
+        if len(others) == 1:  # an optional X: X's own message
+            return _coerce(value, others[0], where)
         for a in args:
             if a is type(None):
                 continue

@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -30,8 +31,14 @@ import torch
 
 from seqrec.config import DataConfig, EvalConfig
 from seqrec.data import download
-from seqrec.data.io import read_interactions
-from seqrec.data.preprocess import Preprocessed, Sequences, dataset_stats, preprocess
+from seqrec.data.io import detect_format, read_interactions
+from seqrec.data.preprocess import (
+    Preprocessed,
+    Sequences,
+    dataset_stats,
+    kcore_mask,
+    preprocess,
+)
 from seqrec.data.split import LeaveOneOut, Split, leave_one_out
 from seqrec.errors import DataError
 from seqrec.evaluate import (
@@ -140,6 +147,37 @@ def _settings(data_cfg: DataConfig, eval_cfg: EvalConfig) -> dict[str, Any]:
     }
 
 
+DEFAULT_KCORE = 5  # both papers' k-core on raw logs
+# Formats whose files are already a paper's dataset (filtered and mapped to ids by its authors).
+PUBLISHED_FORMATS = frozenset({"user-item"})
+
+
+def kcore_thresholds(data_cfg: DataConfig, fmt: str | None) -> tuple[int, int]:
+    """The (users, items) k-core a prepare applies: the configured thresholds; an unset one is
+    5 for a raw log and 1 (no filter) for a published `user item` file."""
+    default = 1 if fmt in PUBLISHED_FORMATS else DEFAULT_KCORE
+    u, i = data_cfg.min_user_interactions, data_cfg.min_item_interactions
+    return (default if u is None else u, default if i is None else i)
+
+
+def _note_unfiltered(source: Path, df: pl.DataFrame) -> None:
+    """Say so on stderr when the default 5-core would have changed a published file."""
+    if df.height == 0:
+        return
+    users = (df.get_column("user").rank("dense") - 1).cast(pl.Int64).to_numpy()
+    items = (df.get_column("item").rank("dense") - 1).cast(pl.Int64).to_numpy()
+    keep = kcore_mask(users, items, DEFAULT_KCORE, DEFAULT_KCORE)
+    if keep.all():
+        return
+    print(
+        f"{source.name}: a published `user item` dataset, taken as it is; a {DEFAULT_KCORE}-core "
+        f"would keep {int(keep.sum()):,} of its {df.height:,} interactions "
+        f"(--min-user-interactions {DEFAULT_KCORE} --min-item-interactions {DEFAULT_KCORE} "
+        "applies it)",
+        file=sys.stderr,
+    )
+
+
 def _default_dir(name: str, key: dict[str, Any]) -> Path:
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     return download.cache_dir() / "prepared" / f"{name}-{digest}"
@@ -184,7 +222,14 @@ def prepare(
         time_col=data_cfg.time_col,
         separator=data_cfg.separator,
     )
-    return prepare_frame(df, out, name=name, key=key, data_cfg=data_cfg, eval_cfg=eval_cfg)
+    fmt = fmt or detect_format(source)
+    kcore = kcore_thresholds(data_cfg, fmt)
+    unset = data_cfg.min_user_interactions is None and data_cfg.min_item_interactions is None
+    if fmt in PUBLISHED_FORMATS and unset:
+        _note_unfiltered(source, df)
+    return prepare_frame(
+        df, out, name=name, key=key, data_cfg=data_cfg, eval_cfg=eval_cfg, kcore=kcore
+    )
 
 
 def prepare_frame(
@@ -195,16 +240,15 @@ def prepare_frame(
     key: dict[str, Any] | None = None,
     data_cfg: DataConfig | None = None,
     eval_cfg: EvalConfig | None = None,
+    kcore: tuple[int, int] | None = None,
 ) -> PreparedDataset:
-    """Prepare an in-memory interactions table (e.g. synthetic data) into `out`."""
+    """Prepare an in-memory interactions table (e.g. synthetic data) into `out`; `kcore`
+    (users, items) defaults to the configured thresholds, 5 where unset."""
     data_cfg = data_cfg or DataConfig()
     eval_cfg = eval_cfg or EvalConfig()
     key = key or {"source": {"in_memory": name}, **_settings(data_cfg, eval_cfg)}
-    pre = preprocess(
-        interactions,
-        min_user_interactions=data_cfg.min_user_interactions,
-        min_item_interactions=data_cfg.min_item_interactions,
-    )
+    min_user, min_item = kcore or kcore_thresholds(data_cfg, None)
+    pre = preprocess(interactions, min_user_interactions=min_user, min_item_interactions=min_item)
     negatives = _sample_all(pre, eval_cfg)
     manifest = {"name": name, "key": key, "stats": dataset_stats(pre.sequences)}
     _write_atomically(out, pre, manifest, negatives)
