@@ -128,6 +128,11 @@ def paper_ml1m(arg: str | None) -> Path:
     return data_dir(arg) / "bert4rec-paper" / "ml-1m.txt.gz"
 
 
+def paper_beauty(arg: str | None) -> Path:
+    """The BERT4Rec authors' Beauty file under the real-data folder (see `data_dir`)."""
+    return data_dir(arg) / "bert4rec-paper" / "beauty.txt.gz"
+
+
 def runs_dir(arg: str | None) -> Path:
     """Where benchmark runs live: --runs-dir, else $SEQREC_HOME/runs."""
     from seqrec.data import download
