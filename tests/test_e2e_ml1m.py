@@ -82,7 +82,7 @@ def test_sorting_ties_by_item_id_does_not(shared_data: Path, paper: dict[int, li
 def test_pop_gives_the_recorded_numbers_and_both_papers_rows(shared_data: Path) -> None:
     """POP is deterministic (training counts, candidates drawn with seed 42): every metric under
     every protocol equals the value in benchmarks/results/pop_ml1m.json to 1e-4, and the sampled
-    protocols reproduce both papers' POP rows within the 0.015 docs/evaluation.md claims."""
+    protocols reproduce both papers' POP rows within 0.015."""
     import json
 
     ds = prepare(shared_data / "bert4rec-paper/ml-1m.txt.gz", progress=False)
