@@ -458,9 +458,9 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     )
     if paper:
         print(
-            f"A {args.time_budget} run of the recipe; the paper's numbers need its full budget "
-            f"({full_budget}): seqrec train bert4rec --data ml-1m --out runs/b4r "
-            "--config ml-1m-bert4rec (docs/bert4rec.md)."
+            f"A {args.time_budget} run of the recipe; its own budget ({full_budget}) buys more: "
+            "seqrec train bert4rec --data ml-1m --out runs/b4r --config ml-1m-bert4rec "
+            "(docs/bert4rec.md)."
         )
     return 0
 
