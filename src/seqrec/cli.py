@@ -395,6 +395,48 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_attention(args: argparse.Namespace) -> int:
+    """BERT4Rec Figure 2: average attention heat-maps of the last positions, per layer and head."""
+    import tempfile
+
+    import numpy as np
+    import torch
+
+    from seqrec.attention import attention_maps, plot_attention
+    from seqrec.evaluate import pad_histories
+    from seqrec.provenance import atomic_write, write_json
+
+    run = load_run(args.run)
+    ds = _prepare(args, run.config)
+    if list(ds.item_ids) != list(run.item_ids):
+        raise ConfigError(
+            f"{args.run}: the run was trained on other items than {args.data} gives "
+            f"({len(run.item_ids)} vs {len(ds.item_ids)})"
+        )
+    test = ds.split.test
+    rows = np.arange(len(test.users))
+    if args.users:
+        wanted = args.users.split(",")
+        index = {str(u): i for i, u in enumerate(ds.user_ids)}
+        missing = [u for u in wanted if u not in index]
+        if missing:
+            raise SeqrecError(f"--users: no test user {', '.join(missing[:5])} in {args.data}")
+        position = {int(u): e for e, u in enumerate(test.users)}
+        rows = np.array([position[index[u]] for u in wanted if index[u] in position])
+    max_len = int(run.model.max_len)  # type: ignore[arg-type]
+    histories = torch.as_tensor(pad_histories(test.histories, rows, max_len))
+    maps = attention_maps(run.model, histories, last=args.last)
+    out = Path(args.figure) if args.figure else Path(args.run) / "attention.png"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        staged = Path(tmp) / out.name
+        plot_attention(maps, str(staged), title=f"{run.config.model}: {args.run}")
+        atomic_write(out, lambda f: f.write(staged.read_bytes()))
+    write_json(out.with_suffix(".json"), {"run": str(args.run), **maps.to_json()})
+    print(f"{maps.users:,} users averaged -> {out} and {out.with_suffix('.json')}")
+    return 0
+
+
 def _find_ml1m() -> tuple[str | None, str]:
     """The main job's data: the papers' ML-1M file from $SEQREC_DATA_DIR, else the cache or a
     download of the official ML-1M; (None, reason) when none is reachable."""
@@ -555,6 +597,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--cors-origin", action="append", default=[], help="allowed origin (none)")
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser(
+        "attention", help="average attention heat-maps of the last positions (BERT4Rec Fig. 2)"
+    )
+    p.add_argument("run", metavar="RUN_DIR")
+    _add_data_flags(p)
+    p.add_argument("--users", help="comma-separated user ids (default: every test user)")
+    p.add_argument("--last", type=int, default=10, help="positions from the end (10)")
+    p.add_argument("--figure", help="the PNG (default: attention.png in the run); JSON beside it")
+    p.set_defaults(func=cmd_attention)
 
     p = sub.add_parser("export", help="export a run's model (ONNX or TorchScript)")
     p.add_argument("run", metavar="RUN_DIR")
