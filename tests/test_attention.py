@@ -13,8 +13,8 @@ import torch
 
 from seqrec.attention import _weights, attention_maps
 from seqrec.cli import main
-from seqrec.models.bert4rec import BERT4Rec, BERT4RecConfig
-from seqrec.models.sasrec import SASRec, SASRecConfig
+from seqrec.models.bert4rec import BERT4Rec, BERT4RecConfig, SelfAttention
+from seqrec.models.sasrec import CausalSelfAttention, SASRec, SASRecConfig
 
 
 def _bert() -> BERT4Rec:
@@ -32,6 +32,7 @@ def test_the_recomputed_weights_are_the_ones_the_layer_used() -> None:
     torch.manual_seed(1)
     bert = _bert()
     attn = bert.layers[0].attn
+    assert isinstance(attn, SelfAttention)
     x = torch.randn(3, 12, 16)
     keep = torch.ones(3, 1, 1, 12, dtype=torch.bool)
     keep[0, ..., :4] = False  # a padded row
@@ -43,6 +44,7 @@ def test_the_recomputed_weights_are_the_ones_the_layer_used() -> None:
 
     sas = _sasrec()
     cattn = sas.layers[0].attn
+    assert isinstance(cattn, CausalSelfAttention)
     causal = torch.ones(12, 12, dtype=torch.bool).tril()[None, None].expand(3, 1, 12, 12)
     w = _weights(cattn, (x, x, causal))
     v = cattn.kv(x).view(3, 12, 2, 2, 8)[:, :, 1].transpose(1, 2)

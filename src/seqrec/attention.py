@@ -98,7 +98,8 @@ def attention_maps(
     for start in range(0, histories.shape[0], batch_size):
         h = histories[start : start + batch_size]
         if bert:
-            mask = torch.full((h.shape[0], 1), model.mask_id, dtype=h.dtype, device=h.device)
+            mask_id = int(model.mask_id)  # type: ignore[arg-type]  # an int attribute
+            mask = torch.full((h.shape[0], 1), mask_id, dtype=h.dtype, device=h.device)
             inputs = torch.cat([h[:, -(model.max_len) :], mask], dim=1)
         else:
             inputs = h[:, -model.max_len :]
