@@ -437,6 +437,24 @@ def cmd_attention(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_experiment(args: argparse.Namespace) -> int:
+    """A declarative sweep (seqrec.experiment): each point a run dir, results after each."""
+    from seqrec.experiment import load_spec, run_experiment
+
+    spec = load_spec(args.spec)
+    if args.dry_run:
+        for point in spec.points:
+            for seed in spec.seeds:
+                print(f"{point.label} seed {seed}: {' '.join(point.overrides) or '(the base)'}")
+        return 0
+    runs = Path(args.runs_dir) if args.runs_dir else download.cache_dir() / "runs"
+    command = "seqrec " + " ".join(sys.argv[1:]) if sys.argv else ""
+    path = run_experiment(spec, args.data, runs, progress=not args.quiet, command=command)
+    print(path.with_suffix(".md").read_text())
+    print(f"-> {path} (and .md, .png)")
+    return 0
+
+
 def _find_ml1m() -> tuple[str | None, str]:
     """The main job's data: the papers' ML-1M file from $SEQREC_DATA_DIR, else the cache or a
     download of the official ML-1M; (None, reason) when none is reachable."""
@@ -607,6 +625,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--last", type=int, default=10, help="positions from the end (10)")
     p.add_argument("--figure", help="the PNG (default: attention.png in the run); JSON beside it")
     p.set_defaults(func=cmd_attention)
+
+    p = sub.add_parser(
+        "experiment", help="a declarative sweep: each point a run, results as they finish"
+    )
+    p.add_argument("spec", help="a spec file or a shipped name (table4-ml1m, fig4-ml1m, ...)")
+    p.add_argument("--data", required=True, help="a dataset name or file path")
+    p.add_argument("--runs-dir", help="where the points' runs go (default: $SEQREC_HOME/runs)")
+    p.add_argument("--dry-run", action="store_true", help="list the points, train nothing")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_experiment)
 
     p = sub.add_parser("export", help="export a run's model (ONNX or TorchScript)")
     p.add_argument("run", metavar="RUN_DIR")

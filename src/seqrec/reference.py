@@ -63,6 +63,7 @@ PAPER_ROWS_BEAUTY: dict[str, tuple[str, dict[str, float]]] = {
 PUBLISHED: dict[str, str] = {
     "0.1537": "BERT4Rec, full NDCG@10, ML-1M (Klenitskiy & Vasilev, RecSys 2023)",
     "0.1618": "RecTools BERT4Rec, full NDCG@10, ML-1M (RecTools benchmark)",
+    "0.4631": "BERT4Rec Table 4, N = 10, ML-1m, NDCG@10 (pop100)",
     "1,409": "BERT4Rec training seconds on a GPU, ML-1M (Klenitskiy & Vasilev, RecSys 2023)",
     "0.0327": "SASRec+, full NDCG@10, Beauty (Klenitskiy & Vasilev, RecSys 2023)",
     "0.0187": "BERT4Rec, full NDCG@10, Beauty (Klenitskiy & Vasilev, RecSys 2023)",

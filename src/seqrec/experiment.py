@@ -1,0 +1,307 @@
+"""Declarative sweeps (`seqrec experiment SPEC --data DATA`): a base config, a list of points (an
+axis and its values, or labelled points each with its overrides), a budget per point and seeds.
+Each point is trained as its own run directory; a finished point is reused after checking its
+config, an interrupted one resumes, and the results (JSON, Markdown, PNG) are rewritten after
+every point, so a sweep stopped anywhere keeps what it has and continues where it stopped.
+
+A spec (TOML; a path or a shipped name from `seqrec/experiments/`):
+
+    title = "BERT4Rec Table 4: maximum length N, ML-1M"
+    base = "ml-1m-bert4rec"          # a shipped config name or a path
+    budget = "5m"                    # per point (optional: the base config's own stopping rule)
+    seeds = [0]
+    metric = "test.pop100.ndcg@10"   # what the table and the figure show
+    axis = "bert4rec.max_len"        # either an axis and its values ...
+    values = [10, 50, 100, 200, 400]
+    # [[points]]                     # ... or labelled points
+    # label = "1 mask"
+    # set = ["cloze.mask_prob=0.0"]
+    [paper]                          # optional: the paper's value of `metric`, by label
+    "10" = 0.4631
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from seqrec.checkpoint import read_config
+from seqrec.config import RunConfig, config_diff, load_config
+from seqrec.data.prepared import prepare
+from seqrec.errors import ConfigError
+from seqrec.provenance import atomic_write, git_commit, machine, write_json
+
+__all__ = ["SPEC_DIR", "ExperimentSpec", "Point", "load_spec", "run_experiment", "spec_names"]
+
+SPEC_DIR = Path(__file__).parent / "experiments"  # the shipped specs
+_KEYS = {"title", "base", "budget", "seeds", "metric", "axis", "values", "points", "paper"}
+
+
+@dataclass(frozen=True)
+class Point:
+    label: str
+    overrides: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    name: str
+    title: str
+    base: str
+    points: tuple[Point, ...]
+    budget: str | None = None
+    seeds: tuple[int, ...] = (0,)
+    metric: str = "test.full.ndcg@10"
+    paper: dict[str, float] = field(default_factory=dict)
+
+    def config(self, point: Point, seed: int) -> RunConfig:
+        overrides = [*point.overrides, f"train.seed={seed}"]
+        if self.budget:
+            overrides.append(f"train.time_budget={json.dumps(self.budget)}")
+        return load_config(RunConfig, self.base, overrides)
+
+
+def spec_names() -> list[str]:
+    return sorted(p.stem for p in SPEC_DIR.glob("*.toml"))
+
+
+def load_spec(path: str | Path) -> ExperimentSpec:
+    """Read a spec (a path or a shipped name); every problem is one line naming the file."""
+    p = Path(path)
+    if not p.exists() and (SPEC_DIR / f"{p.name.removesuffix('.toml')}.toml").exists():
+        p = SPEC_DIR / f"{p.name.removesuffix('.toml')}.toml"
+    try:
+        raw = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{p}: no such spec file, and not a shipped one ({', '.join(spec_names())})"
+        ) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{p}: not valid TOML ({e})") from None
+    unknown = sorted(set(raw) - _KEYS)
+    if unknown:
+        raise ConfigError(f"{p}: unknown key(s) {', '.join(unknown)}; expected {sorted(_KEYS)}")
+
+    def need(key: str, kind: type | tuple[type, ...]) -> Any:
+        value = raw.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ConfigError(f"{p}: {key} must be a {getattr(kind, '__name__', kind)}")
+        return value
+
+    base = need("base", str)
+    points: list[Point] = []
+    if "axis" in raw:
+        axis = need("axis", str)
+        for value in need("values", list):
+            text = json.dumps(value) if isinstance(value, str) else str(value).lower()
+            points.append(Point(str(value), (f"{axis}={text}",)))
+    else:
+        for i, item in enumerate(need("points", list)):
+            if not isinstance(item, dict) or not isinstance(item.get("label"), str):
+                raise ConfigError(f"{p}: points[{i}] needs a label (a string) and a set list")
+            sets = item.get("set", [])
+            if not isinstance(sets, list) or not all(isinstance(s, str) for s in sets):
+                raise ConfigError(f"{p}: points[{i}].set must be a list of 'section.key=value'")
+            points.append(Point(item["label"], tuple(sets)))
+    if not points:
+        raise ConfigError(f"{p}: no points (give axis + values, or [[points]])")
+    labels = [pt.label for pt in points]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"{p}: point labels must differ ({labels})")
+    seeds = raw.get("seeds", [0])
+    if not isinstance(seeds, list) or not seeds or not all(type(s) is int for s in seeds):
+        raise ConfigError(f"{p}: seeds must be a non-empty list of integers")
+    paper = raw.get("paper", {})
+    if not isinstance(paper, dict) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in paper.values()
+    ):
+        raise ConfigError(f"{p}: [paper] maps point labels to numbers")
+    metric = raw.get("metric", "test.full.ndcg@10")
+    if not isinstance(metric, str) or not re.fullmatch(r"(valid|test)\.\w+\.[\w@]+", metric):
+        raise ConfigError(f"{p}: metric must look like 'test.full.ndcg@10'")
+    budget = raw.get("budget")
+    if budget is not None and not isinstance(budget, str):
+        raise ConfigError(f"{p}: budget must be a duration string such as '5m'")
+    spec = ExperimentSpec(
+        name=p.stem,
+        title=str(raw.get("title", p.stem)),
+        base=base,
+        points=tuple(points),
+        budget=budget,
+        seeds=tuple(seeds),
+        metric=metric,
+        paper={str(k): float(v) for k, v in paper.items()},
+    )
+    for point in spec.points:  # every point's config must load before anything is trained
+        try:
+            spec.config(point, spec.seeds[0])
+        except ConfigError as e:
+            raise ConfigError(f"{p}: point {point.label!r}: {e}") from None
+    return spec
+
+
+def _slug(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", label).strip("_") or "point"
+
+
+def _value(metrics: dict[str, Any], key: str) -> float:
+    split, protocol, name = key.split(".")
+    return float(metrics[split][protocol][name])
+
+
+def run_experiment(
+    spec: ExperimentSpec,
+    data: str,
+    runs_dir: Path,
+    *,
+    progress: bool = True,
+    command: str = "",
+) -> Path:
+    """Train (or reuse) every point x seed; rewrite the results after each; return the JSON."""
+    from seqrec.train import fit
+
+    root = runs_dir / spec.name
+    root.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    for point in spec.points:
+        for seed in spec.seeds:
+            cfg = spec.config(point, seed)
+            out = root / f"{_slug(point.label)}-s{seed}"
+            if (out / "config.json").exists():
+                diff = config_diff(read_config(out), cfg)
+                if diff:
+                    raise ConfigError(
+                        f"{out}: holds a run of another config ({'; '.join(diff)}); "
+                        "move it away or change the spec back"
+                    )
+            if (out / "metrics.json").exists():
+                metrics = json.loads((out / "metrics.json").read_text())
+            else:
+                ds = prepare(data, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=progress)
+                resume = (out / "checkpoint.pt").exists()
+                metrics = fit(
+                    ds, cfg, out, resume=resume, progress=progress, source={"data": str(data)}
+                ).metrics
+            rows.append(
+                {
+                    "label": point.label,
+                    "overrides": list(point.overrides),
+                    "seed": seed,
+                    "value": _value(metrics, spec.metric),
+                    "test": metrics["test"],
+                    "epochs": metrics["epochs"],
+                    "seq_per_s": metrics["seq_per_s"],
+                    "train_time_s": metrics["train_time_s"],
+                    "trained_at": metrics.get("git_commit"),
+                    "config": json.loads((out / "config.json").read_text()),
+                    "run_dir": str(out),
+                }
+            )
+            _write(spec, rows, root, command)
+            if progress:
+                print(
+                    f"{spec.name}: {point.label} seed {seed}: "
+                    f"{spec.metric} {rows[-1]['value']:.4f}",
+                    file=sys.stderr,
+                )
+    return root / f"{spec.name}.json"
+
+
+def _summary(spec: ExperimentSpec, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for label in dict.fromkeys(r["label"] for r in rows):
+        group = [r for r in rows if r["label"] == label]
+        values = [r["value"] for r in group]
+        out.append(
+            {
+                "label": label,
+                "seeds": len(group),
+                "mean": statistics.mean(values),
+                "std": statistics.stdev(values) if len(values) > 1 else None,
+                "full_ndcg@10": statistics.mean(r["test"]["full"]["ndcg@10"] for r in group),
+                "seq_per_s": statistics.mean(r["seq_per_s"] for r in group),
+                "epochs": statistics.mean(r["epochs"] for r in group),
+                "paper": spec.paper.get(label),
+            }
+        )
+    return out
+
+
+def _write(spec: ExperimentSpec, rows: list[dict[str, Any]], root: Path, command: str) -> None:
+    summary = _summary(spec, rows)
+    lines = [
+        f"# {spec.title}",
+        "",
+        f"Base config `{spec.base}`; budget per point: {spec.budget or 'the config own'}; "
+        f"seeds {list(spec.seeds)}; {spec.metric} of the state chosen on validation.",
+        "",
+        f"| point | seeds | epochs | training seq/s | {spec.metric} | test full NDCG@10 | paper |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for s in summary:
+        std = "" if s["std"] is None else f" ± {s['std']:.4f}"
+        paper = "" if s["paper"] is None else f"{s['paper']:.4f}"
+        lines.append(
+            f"| {s['label']} | {s['seeds']} | {s['epochs']:.0f} | {s['seq_per_s']:.0f} "
+            f"| {s['mean']:.4f}{std} | {s['full_ndcg@10']:.4f} | {paper} |"
+        )
+    commit = git_commit()
+    lines += ["", f"- command: `{command}`", f"- commit: `{commit}`"]
+    payload = {
+        "command": command,
+        "git_commit": commit,
+        "machine": machine(),
+        "spec": {
+            "name": spec.name,
+            "title": spec.title,
+            "base": spec.base,
+            "budget": spec.budget,
+            "seeds": list(spec.seeds),
+            "metric": spec.metric,
+            "points": [{"label": p.label, "set": list(p.overrides)} for p in spec.points],
+            "paper": spec.paper,
+        },
+        "summary": summary,
+        "runs": rows,
+    }
+    write_json(root / f"{spec.name}.json", payload)
+    md = ("\n".join(lines) + "\n").encode()
+    atomic_write(root / f"{spec.name}.md", lambda f: f.write(md))
+    _plot(spec, summary, root / f"{spec.name}.png")
+
+
+def _plot(spec: ExperimentSpec, summary: list[dict[str, Any]], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return  # the figure needs the bench extra; the JSON and the table are written regardless
+    xs = list(range(len(summary)))
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    ax.errorbar(
+        xs,
+        [s["mean"] for s in summary],
+        yerr=[s["std"] or 0 for s in summary],
+        marker="o",
+        label="seqrec",
+    )
+    paper = [(x, s["paper"]) for x, s in zip(xs, summary, strict=True) if s["paper"] is not None]
+    if paper:
+        ax.plot(*zip(*paper, strict=True), marker="s", linestyle="--", label="paper")
+    ax.set_xticks(xs, [s["label"] for s in summary])
+    ax.set_ylabel(spec.metric)
+    ax.set_title(spec.title, fontsize=9)
+    ax.legend()
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)

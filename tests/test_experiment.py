@@ -1,0 +1,101 @@
+"""`seqrec experiment`: a sweep trains each point as a run, writes its results after every point,
+reuses finished points (after checking their config), refuses a changed one, and every bad spec
+is one line naming the file; the shipped specs load."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from seqrec.cli import main
+from seqrec.errors import ConfigError
+from seqrec.experiment import load_spec, run_experiment, spec_names
+
+BASE = """model = "sasrec"
+[sasrec]
+max_len = 12
+d_model = 16
+attn_dropout = 0.0
+[train]
+max_epochs = 1
+lr = 5e-3
+"""
+
+
+def _spec(tmp_path: Path, body: str, name: str = "sweep") -> Path:
+    (tmp_path / "base.toml").write_text(BASE)
+    spec = tmp_path / f"{name}.toml"
+    spec.write_text(f'base = "{tmp_path / "base.toml"}"\n' + body)
+    return spec
+
+
+def test_a_sweep_trains_each_point_once_and_writes_results_after_each(
+    tiny_runs: dict[str, Path], tmp_path: Path
+) -> None:
+    spec_path = _spec(
+        tmp_path,
+        'metric = "test.full.ndcg@10"\naxis = "sasrec.d_model"\nvalues = [8, 16]\n'
+        '[paper]\n"16" = 0.5\n',
+    )
+    spec = load_spec(spec_path)
+    assert [p.overrides for p in spec.points] == [("sasrec.d_model=8",), ("sasrec.d_model=16",)]
+    runs = tmp_path / "runs"
+    path = run_experiment(spec, str(tiny_runs["data"]), runs, progress=False)
+    result = json.loads(path.read_text())
+    assert [r["label"] for r in result["runs"]] == ["8", "16"]
+    assert [r["config"]["sasrec"]["d_model"] for r in result["runs"]] == [8, 16]
+    for r in result["runs"]:  # the value is the run's own test metric
+        metrics = json.loads((Path(r["run_dir"]) / "metrics.json").read_text())
+        assert r["value"] == metrics["test"]["full"]["ndcg@10"]
+    assert result["summary"][1]["paper"] == 0.5 and result["summary"][0]["paper"] is None
+    md = path.with_suffix(".md").read_text()
+    assert "| 16 | 1 |" in md and "0.5000" in md
+    assert path.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+    # again: both points reused, not retrained
+    stamp = (runs / "sweep" / "8-s0" / "model.pt").stat().st_mtime_ns
+    run_experiment(spec, str(tiny_runs["data"]), runs, progress=False)
+    assert (runs / "sweep" / "8-s0" / "model.pt").stat().st_mtime_ns == stamp
+    # the base changed under a finished point: refused in one line naming the key
+    (tmp_path / "base.toml").write_text(BASE.replace("lr = 5e-3", "lr = 1e-3"))
+    with pytest.raises(ConfigError, match=r"8-s0: holds a run of another config \(train\.lr"):
+        run_experiment(load_spec(spec_path), str(tiny_runs["data"]), runs, progress=False)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ('axis = "sasrec.d_model"\nvalues = [8]\ncolour = 1\n', "unknown key(s) colour"),
+        ("values = [8]\n", "points must be a list"),
+        ('axis = "sasrec.d_model"\nvalues = []\n', "no points"),
+        ('axis = "sasrec.d_model"\nvalues = [8, 8]\n', "point labels must differ"),
+        ('axis = "sasrec.nope"\nvalues = [8]\n', "point '8'"),
+        ('axis = "sasrec.d_model"\nvalues = [8]\nseeds = []\n', "seeds must be"),
+        ('axis = "sasrec.d_model"\nvalues = [8]\nmetric = "ndcg"\n', "metric must look like"),
+        ('[[points]]\nset = ["sasrec.d_model=8"]\n', "points[0] needs a label"),
+        ("axis = [", "not valid TOML"),
+    ],
+)
+def test_a_bad_spec_is_one_line_naming_the_file(tmp_path: Path, body: str, message: str) -> None:
+    spec = _spec(tmp_path, body)
+    with pytest.raises(ConfigError) as err:
+        load_spec(spec)
+    assert str(spec) in str(err.value) and message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_the_shipped_specs_load_and_list_their_points(capsys: pytest.CaptureFixture[str]) -> None:
+    assert {"table4-ml1m", "table5-ml1m", "fig3-ml1m", "fig4-ml1m"} <= set(spec_names())
+    table4 = load_spec("table4-ml1m")
+    assert [p.label for p in table4.points] == ["10", "50", "100", "200", "400"]
+    assert table4.paper["200"] == 0.4759 and table4.budget == "5m"
+    assert table4.config(table4.points[0], 0).bert4rec.max_len == 10
+    fig4 = load_spec("fig4-ml1m")
+    assert fig4.config(fig4.points[-1], 0).cloze.mask_prob == 0.9
+    assert main(["experiment", "table5-ml1m", "--data", "ml-1m", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "h = 8 seed 0: bert4rec.n_heads=8" in out
+        and "recipe (no dropout) seed 0: (the base)" in out
+    )
