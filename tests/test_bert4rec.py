@@ -163,3 +163,47 @@ def test_out_bias_init_log_popularity() -> None:
     zeros = _model(n_items=4)
     zeros.init_output_bias(torch.tensor([7, 0, 1, 0]))  # the default leaves the bias at zero
     assert torch.equal(zeros.out_bias, torch.zeros(4))
+
+
+def _ablated(*ablate: str) -> BERT4Rec:
+    torch.manual_seed(0)
+    cfg = BERT4RecConfig(
+        max_len=10,
+        d_model=16,
+        n_layers=2,
+        n_heads=2,
+        dropout=0.0,
+        attn_dropout=0.0,
+        ablate=ablate,  # type: ignore[arg-type]
+    )
+    return BERT4Rec(30, cfg).eval()
+
+
+def test_table5_ablations_remove_exactly_their_component() -> None:
+    h = torch.tensor([[3, 7, 1, 9, 4, 12, 5, 8]])
+    for ablate, used in (("pe", False), ("ln", True)):  # w/o PE: the positions are never read
+        model = _ablated(ablate)
+        before = model.score(h)
+        with torch.no_grad():
+            model.pos_emb.weight.normal_()
+        assert torch.allclose(model.score(h), before) is not used, ablate
+    x = torch.randn(2, 6, 16)
+    keep = torch.ones(2, 1, 1, 6, dtype=torch.bool)
+    for ablate, part in (("pffn", "ffn"), ("ln", "ln1"), ("ln", "ln2")):
+        layer = _ablated(ablate).layers[0]
+        before = layer(x, keep)
+        with torch.no_grad():
+            for prm in getattr(layer, part).parameters():
+                prm.add_(1.0)
+        assert torch.allclose(layer(x, keep), before), (ablate, part)  # the part is unused
+        full = _ablated().layers[0]
+        before = full(x, keep)
+        with torch.no_grad():
+            for prm in getattr(full, part).parameters():
+                prm.add_(1.0)
+        assert not torch.allclose(full(x, keep), before), part  # and used without the ablation
+    # w/o RC: LN(PFFN(LN(MH(x)))), no x added back
+    layer = _ablated("rc").layers[0]
+    with torch.no_grad():
+        want = layer.ln2(layer.ffn(layer.ln1(layer.attn(x, keep))))
+        assert torch.allclose(layer(x, keep), want, atol=1e-6)

@@ -65,6 +65,10 @@ class BERT4RecConfig:
     # bits per element (models/dropout.py), cheaper to draw on a CPU; a speed option, its
     # effect on quality is measured in docs/performance.md.
     dropout_impl: DropoutKind = "torch"
+    # Table 5's ablations (§4.8), each a component removed: "pe" the positional embedding, "pffn"
+    # the position-wise feed-forward sublayer, "ln" the LayerNorms of the Transformer layers,
+    # "rc" their residual connections. Empty: the paper's model.
+    ablate: tuple[Literal["pe", "pffn", "ln", "rc"], ...] = ()
 
 
 class SelfAttention(nn.Module):
@@ -114,13 +118,25 @@ class TransformerLayer(nn.Module):
         self.ffn = FeedForward(cfg)
         self.ln2 = nn.LayerNorm(cfg.d_model, eps=1e-12)
         self.dropout = dropout(cfg.dropout, cfg.dropout_impl)
+        self.use_ffn = "pffn" not in cfg.ablate
+        self.use_ln = "ln" not in cfg.ablate
+        self.residual = "rc" not in cfg.ablate
 
     def forward(self, h: torch.Tensor, keep: torch.Tensor, last_only: bool = False) -> torch.Tensor:
         """h (B, L, D) -> (B, L, D); with `last_only` the last position's output only (B, 1, D),
         every position still a key: what scoring needs from the last layer, at 1/L the cost."""
         rows = slice(-1, None) if last_only else slice(None)
-        a = self.ln1(h[:, rows] + self.dropout(self.attn(h, keep, last_only)))
-        return self.ln2(a + self.dropout(self.ffn(a)))
+        a = self.dropout(self.attn(h, keep, last_only))
+        if self.residual:
+            a = h[:, rows] + a
+        if self.use_ln:
+            a = self.ln1(a)
+        if not self.use_ffn:  # Table 5 "w/o PFFN": the layer ends after its attention sublayer
+            return a
+        out = self.dropout(self.ffn(a))
+        if self.residual:
+            out = a + out
+        return self.ln2(out) if self.use_ln else out
 
 
 class BERT4Rec(nn.Module):
@@ -187,7 +203,9 @@ class BERT4Rec(nn.Module):
             position_ids = torch.arange(
                 self.cfg.max_len - L, self.cfg.max_len, device=input_ids.device
             )
-        h = self.item_emb(input_ids) + self.pos_emb(position_ids)  # (B, L, D)
+        h = self.item_emb(input_ids)  # (B, L, D)
+        if "pe" not in self.cfg.ablate:
+            h = h + self.pos_emb(position_ids)
         if self.emb_norm is not None:
             h = self.emb_norm(h)
         h = self.dropout(h)
