@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +29,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module", params=["drop", "reject"])
-def server(
-    request: pytest.FixtureRequest, tiny_runs: dict[str, Path]
-) -> Iterator[tuple[str, Recommender]]:
-    rec = Recommender.from_run(tiny_runs["sasrec"], unknown=request.param)
+@contextmanager
+def _running(app: Any, log_level: str = "error") -> Iterator[str]:
+    """Serve `app` on a free local port in a thread; yield its URL once /health answers."""
     port = _free_port()
-    config = uvicorn.Config(
-        create_app(rec, max_history=50), host="127.0.0.1", port=port, log_level="error"
-    )
-    srv = uvicorn.Server(config)
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level=log_level))
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
@@ -47,9 +43,20 @@ def server(
             break
         except OSError:
             time.sleep(0.05)
-    yield url, rec
-    srv.should_exit = True
-    thread.join(timeout=10)
+    try:
+        yield url
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module", params=["drop", "reject"])
+def server(
+    request: pytest.FixtureRequest, tiny_runs: dict[str, Path]
+) -> Iterator[tuple[str, Recommender]]:
+    rec = Recommender.from_run(tiny_runs["sasrec"], unknown=request.param)
+    with _running(create_app(rec, max_history=50)) as url:
+        yield url, rec
 
 
 def _call(url: str, path: str, body: Any = None, raw: bytes | None = None) -> tuple[int, Any]:
@@ -156,23 +163,8 @@ def guarded(tiny_runs: dict[str, Path]) -> Iterator[tuple[str, Recommender]]:
 
     rec.encode = encode  # type: ignore[method-assign]
     options = ServeOptions(max_history=50, max_batch=4, max_body=2000, timeout=1.0, api_key=TOKEN)
-    port = _free_port()
-    config = uvicorn.Config(
-        create_app(rec, options), host="127.0.0.1", port=port, log_level="critical"
-    )
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            urllib.request.urlopen(url + "/health", timeout=1)
-            break
-        except OSError:
-            time.sleep(0.05)
-    yield url, rec
-    srv.should_exit = True
-    thread.join(timeout=10)
+    with _running(create_app(rec, options), log_level="critical") as url:
+        yield url, rec
 
 
 def _auth_call(
