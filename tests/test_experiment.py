@@ -86,7 +86,12 @@ def test_a_bad_spec_is_one_line_naming_the_file(tmp_path: Path, body: str, messa
 
 
 def test_the_shipped_specs_load_and_list_their_points(capsys: pytest.CaptureFixture[str]) -> None:
-    assert {"table4-ml1m", "table5-ml1m", "fig3-ml1m", "fig4-ml1m"} <= set(spec_names())
+    assert {"table3-ml1m", "table4-ml1m", "table5-ml1m", "fig3-ml1m", "fig4-ml1m"} <= set(
+        spec_names()
+    )
+    table3 = load_spec("table3-ml1m")  # a point with its own base: another model
+    assert [table3.config(p, 0).model for p in table3.points] == ["sasrec", "bert4rec", "bert4rec"]
+    assert table3.config(table3.points[1], 0).cloze.max_predictions == 1
     table4 = load_spec("table4-ml1m")
     assert [p.label for p in table4.points] == ["10", "50", "100", "200", "400"]
     assert table4.paper["200"] == 0.4759 and table4.budget == "5m"

@@ -13,9 +13,9 @@ A spec (TOML; a path or a shipped name from `seqrec/experiments/`):
     metric = "test.pop100.ndcg@10"   # what the table and the figure show
     axis = "bert4rec.max_len"        # either an axis and its values ...
     values = [10, 50, 100, 200, 400]
-    # [[points]]                     # ... or labelled points
-    # label = "1 mask"
-    # set = ["cloze.mask_prob=0.0"]
+    # [[points]]                     # ... or labelled points, each with its overrides
+    # label = "1 mask"               # and, optionally, its own base config
+    # set = ["cloze.max_predictions=1"]
     [paper]                          # optional: the paper's value of `metric`, by label
     "10" = 0.4631
 """
@@ -47,6 +47,7 @@ _KEYS = {"title", "base", "budget", "seeds", "metric", "axis", "values", "points
 class Point:
     label: str
     overrides: tuple[str, ...]
+    base: str | None = None  # this point's own base config (e.g. another model), else the spec's
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class ExperimentSpec:
         overrides = [*point.overrides, f"train.seed={seed}"]
         if self.budget:
             overrides.append(f"train.time_budget={json.dumps(self.budget)}")
-        return load_config(RunConfig, self.base, overrides)
+        return load_config(RunConfig, point.base or self.base, overrides)
 
 
 def spec_names() -> list[str]:
@@ -108,7 +109,10 @@ def load_spec(path: str | Path) -> ExperimentSpec:
             sets = item.get("set", [])
             if not isinstance(sets, list) or not all(isinstance(s, str) for s in sets):
                 raise ConfigError(f"{p}: points[{i}].set must be a list of 'section.key=value'")
-            points.append(Point(item["label"], tuple(sets)))
+            point_base = item.get("base")
+            if point_base is not None and not isinstance(point_base, str):
+                raise ConfigError(f"{p}: points[{i}].base must be a config name or path")
+            points.append(Point(item["label"], tuple(sets), point_base))
     if not points:
         raise ConfigError(f"{p}: no points (give axis + values, or [[points]])")
     labels = [pt.label for pt in points]
@@ -264,7 +268,9 @@ def _write(spec: ExperimentSpec, rows: list[dict[str, Any]], root: Path, command
             "budget": spec.budget,
             "seeds": list(spec.seeds),
             "metric": spec.metric,
-            "points": [{"label": p.label, "set": list(p.overrides)} for p in spec.points],
+            "points": [
+                {"label": p.label, "set": list(p.overrides), "base": p.base} for p in spec.points
+            ],
             "paper": spec.paper,
         },
         "summary": summary,
