@@ -55,3 +55,9 @@ def test_the_checker_catches_a_wrong_number_a_missing_source_and_an_unsourced_on
     doc.write_text(good.replace("| 1 | 2 |\n<!--", "| 1 | 3 |\n<!--"))
     assert "table differs" in str(claims.check_docs([doc], published_numbers())[0])
     assert claims.render_tables(doc) and claims.check_docs([doc], published_numbers()) == []
+
+
+def test_every_measured_number_in_the_docs_traces_to_a_results_file() -> None:
+    claims = _claims()
+    problems = claims.check_docs(claims.docs(), published_numbers())
+    assert not problems, "\n".join(map(str, problems))
