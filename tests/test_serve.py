@@ -29,6 +29,16 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _wait_until_up(url: str, tries: int) -> None:
+    """Poll `url` every 50 ms until it answers (or `tries` run out)."""
+    for _ in range(tries):
+        try:
+            urllib.request.urlopen(url, timeout=1)
+            return
+        except OSError:
+            time.sleep(0.05)
+
+
 @contextmanager
 def _running(app: Any, log_level: str = "error") -> Iterator[str]:
     """Serve `app` on a free local port in a thread; yield its URL once /health answers."""
@@ -37,12 +47,7 @@ def _running(app: Any, log_level: str = "error") -> Iterator[str]:
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            urllib.request.urlopen(url + "/health", timeout=1)
-            break
-        except OSError:
-            time.sleep(0.05)
+    _wait_until_up(url + "/health", tries=200)
     try:
         yield url
     finally:
@@ -319,12 +324,7 @@ def test_sigterm_finishes_the_requests_in_flight(tiny_runs: dict[str, Path]) -> 
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(400):
-            try:
-                urllib.request.urlopen(url + "/ready", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.05)
+        _wait_until_up(url + "/ready", tries=400)
         with ThreadPoolExecutor(2) as pool:
             pending = pool.submit(_call, url, "/recommend", {"history": [], "k": 2})
             time.sleep(0.5)  # the request is inside the model call now
@@ -336,3 +336,11 @@ def test_sigterm_finishes_the_requests_in_flight(tiny_runs: dict[str, Path]) -> 
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_body_of_infinity_or_nan_is_a_422_not_a_500(server: tuple[str, Recommender]) -> None:
+    url, _ = server
+    for raw in (b"Infinity", b"NaN", b'{"history": [1], "k": Infinity}'):
+        status, out = _call(url, "/recommend", raw=raw)
+        assert status == 422, (raw, status, out)
+        assert all(set(e) <= {"loc", "msg", "type"} for e in out["detail"])

@@ -171,6 +171,13 @@ def create_app(
         description=f"Top-k recommendations from {rec.run.config.model} ({rec.run.path.name})",
     )
 
+    @app.exception_handler(fastapi.exceptions.RequestValidationError)
+    async def invalid_request(request: Any, exc: Any) -> Any:
+        # what was wrong and where; not the input itself, which may not even be valid JSON to
+        # echo (a body of Infinity or NaN)
+        errors = [{k: e[k] for k in ("loc", "msg", "type") if k in e} for e in exc.errors()]
+        return JSONResponse({"detail": errors}, status_code=422)
+
     @app.exception_handler(Exception)
     async def internal_error(request: Any, exc: Exception) -> Any:
         # whatever failed, the client learns only that: no stack trace, no internals
