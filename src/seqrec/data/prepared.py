@@ -36,6 +36,7 @@ from seqrec.data.preprocess import (
     Preprocessed,
     Sequences,
     dataset_stats,
+    dense_codes,
     kcore_mask,
     preprocess,
 )
@@ -164,8 +165,8 @@ def _note_unfiltered(source: Path, df: pl.DataFrame) -> None:
     """Say so on stderr when the default 5-core would have changed a published file."""
     if df.height == 0:
         return
-    users = (df.get_column("user").rank("dense") - 1).cast(pl.Int64).to_numpy()
-    items = (df.get_column("item").rank("dense") - 1).cast(pl.Int64).to_numpy()
+    users, _ = dense_codes(df.get_column("user"))
+    items, _ = dense_codes(df.get_column("item"))
     keep = kcore_mask(users, items, DEFAULT_KCORE, DEFAULT_KCORE)
     if keep.all():
         return

@@ -17,7 +17,15 @@ import polars as pl
 
 from seqrec.errors import DataError
 
-__all__ = ["Preprocessed", "Sequences", "dataset_stats", "kcore_mask", "left_pad", "preprocess"]
+__all__ = [
+    "Preprocessed",
+    "Sequences",
+    "dataset_stats",
+    "dense_codes",
+    "kcore_mask",
+    "left_pad",
+    "preprocess",
+]
 
 
 @dataclass(frozen=True)
@@ -104,7 +112,7 @@ def kcore_mask(
         keep = new_keep
 
 
-def _dense_codes(col: pl.Series) -> tuple[np.ndarray, pl.Series]:
+def dense_codes(col: pl.Series) -> tuple[np.ndarray, pl.Series]:
     """0-based codes in the sorted order of the values, and the sorted unique values."""
     uniques = col.unique().sort()
     codes = (col.rank("dense") - 1).cast(pl.Int64).to_numpy()
@@ -123,8 +131,8 @@ def preprocess(
     df = interactions.select("user", "item", "timestamp", "line").sort(
         ["user", "timestamp", "line"]
     )
-    u_codes, _ = _dense_codes(df.get_column("user"))
-    i_codes, _ = _dense_codes(df.get_column("item"))
+    u_codes, _ = dense_codes(df.get_column("user"))
+    i_codes, _ = dense_codes(df.get_column("item"))
     keep = kcore_mask(u_codes, i_codes, min_user_interactions, min_item_interactions)
     if not keep.any():
         raise DataError(
@@ -132,8 +140,8 @@ def preprocess(
             f"{min_item_interactions}-item core filter"
         )
     df = df.filter(pl.Series(keep))
-    u_codes, user_ids = _dense_codes(df.get_column("user"))
-    i_codes, item_ids = _dense_codes(df.get_column("item"))
+    u_codes, user_ids = dense_codes(df.get_column("user"))
+    i_codes, item_ids = dense_codes(df.get_column("item"))
     lengths = np.bincount(u_codes, minlength=len(user_ids))
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     seqs = Sequences(items=i_codes + 1, offsets=offsets, n_items=len(item_ids))
