@@ -58,6 +58,11 @@ def test_shipped_configs_parse_by_name() -> None:
         cfg = load_config(RunConfig, f"{name}-bert4rec")
         assert (cfg.bert4rec.max_len, cfg.cloze.mask_prob) == (n, rho), name
         assert (cfg.bert4rec.n_layers, cfg.bert4rec.n_heads, cfg.bert4rec.d_model) == (2, 2, 64)
+    # SASRec §IV-C: n = 200 and dropout 0.2 on ML-1M, n = 50 and 0.5 on Beauty; d = 50, b = 2
+    for name, (n, p) in {"ml-1m-sasrec": (200, 0.2), "beauty-sasrec": (50, 0.5)}.items():
+        s = load_config(RunConfig, name)
+        assert (s.sasrec.max_len, s.sasrec.dropout, s.sasrec.d_model) == (n, p, 50), name
+        assert (s.train.loss, s.train.n_negatives, s.train.lr) == ("bce", 1, 1e-3), name
     for name in names:
         load_config(RunConfig, name)
 

@@ -49,6 +49,32 @@ def test_chunked_cross_entropy_matches_the_reference(rows: int) -> None:
     assert float(bf16.detach()) == pytest.approx(float(ref.detach()), rel=2e-2)
 
 
+def test_chunk_rows_shrink_with_the_catalogue() -> None:
+    # ML-1M: the full 512 rows (7 MB); Beauty: 4,194,304 // 54,542 = 76 rows (16 MB, not 112 MB)
+    assert losses.ce_chunk_rows(3416) == 512
+    assert losses.ce_chunk_rows(54542) == 76
+    assert losses.ce_chunk_rows(10_000_000) == 16  # a floor: never a one-row matmul
+
+
+def test_chunked_cross_entropy_with_small_chunks_matches_the_reference(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 4,096 elements / 200 items = 20 rows a chunk: 45 rows cross two chunk boundaries
+    monkeypatch.setattr(losses, "CE_CHUNK_ELEMENTS", 4096)
+    assert losses.ce_chunk_rows(200) == 20
+    g = torch.Generator().manual_seed(5)
+    z = torch.randn(45, 8, generator=g, requires_grad=True)
+    w = torch.randn(200, 8, generator=g, requires_grad=True)
+    b = torch.randn(200, generator=g, requires_grad=True)
+    t = torch.randint(1, 201, (45,), generator=g)
+    ours, ref = full_cross_entropy(z, w, b, t), reference_cross_entropy(z, w, b, t)
+    assert float(ours.detach()) == pytest.approx(float(ref.detach()), rel=1e-6)
+    for a, r in zip(
+        torch.autograd.grad(ours, (z, w, b)), torch.autograd.grad(ref, (z, w, b)), strict=True
+    ):
+        assert torch.allclose(a, r, atol=1e-6)
+
+
 def test_chunked_cross_entropy_without_bias_matches_the_reference() -> None:
     # SASRec's output layer has no bias: nothing is added and no bias gradient is formed
     g = torch.Generator().manual_seed(3)
