@@ -98,6 +98,16 @@ def test_the_shipped_specs_load_and_list_their_points(capsys: pytest.CaptureFixt
     assert table4.config(table4.points[0], 0).bert4rec.max_len == 10
     fig4 = load_spec("fig4-ml1m")
     assert fig4.config(fig4.points[-1], 0).cloze.mask_prob == 0.9
+    # Beauty: the paper's N grid and Table 4 row, its SASRec (n = 50, dropout 0.5) at d = 256
+    beauty4 = load_spec("table4-beauty")
+    assert [p.label for p in beauty4.points] == ["10", "20", "30", "40", "50"]
+    assert beauty4.paper["20"] == 0.1875
+    sasrec = load_spec("table3-beauty").config(load_spec("table3-beauty").points[0], 0)
+    assert (sasrec.model, sasrec.sasrec.d_model, sasrec.sasrec.max_len) == ("sasrec", 256, 50)
+    assert (
+        load_spec("fig4-beauty").config(load_spec("fig4-beauty").points[5], 0).cloze.mask_prob
+        == 0.6
+    )
     assert main(["experiment", "table5-ml1m", "--data", "ml-1m", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert (
