@@ -25,8 +25,8 @@ from _common import paper_ml1m, write_results
 from seqrec import checkpoint as ckpt
 from seqrec.config import RunConfig, load_config
 from seqrec.data.prepared import prepare
+from seqrec.registry import entry
 from seqrec.train import (
-    TASKS,
     loss_spec,
     make_optimizer,
     resolve_device,
@@ -56,7 +56,7 @@ def measure(cfg: RunConfig, ds: Any, steps: int, repeats: int, warmup: int) -> d
     torch.manual_seed(cfg.train.seed)
     model = ckpt.build_model(cfg, ds.n_items).to(device)
     model.train()
-    sampler = TASKS[cfg.model](cfg, ds)
+    sampler = entry(cfg.model).batches(cfg, ds)
     cfg, measured = resolve_precision(cfg, model, next(iter(sampler.epoch(0))), ds.n_items, device)
     optimizer = make_optimizer(model, cfg)
     spec = loss_spec(cfg, ds.n_items)

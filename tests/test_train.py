@@ -3,7 +3,6 @@ it loads, resumes exactly, and respects its time budget."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from pathlib import Path
@@ -20,6 +19,7 @@ from seqrec.errors import ConfigError, TrainingError
 from seqrec.losses import LossSpec
 from seqrec.models.baselines import Popularity
 from seqrec.models.sasrec import SASRec, SASRecConfig
+from seqrec.registry import entry
 from seqrec.train import FitResult, fit, loss_spec, train_step
 
 
@@ -209,9 +209,7 @@ def test_init_from_refuses_another_model_shape(toy: PreparedDataset, tmp_path: P
 
 
 def _asdict(cfg: RunConfig) -> dict:  # type: ignore[type-arg]
-    import dataclasses
-
-    return dataclasses.asdict(cfg)
+    return cfg.to_dict()
 
 
 def test_lr_factor_warmup_stable_and_decay_shapes() -> None:
@@ -242,11 +240,10 @@ def test_packed_random_cloze_batches_learn_the_toy_pattern(
 ) -> None:
     # dropout 0: on this toy task a dropout run can sit on the popularity plateau for most of
     # its 18 epochs, packed or not, depending on the seed (measured: 0.43-0.74 over 3 seeds)
-    base = _config()
-    cfg = dataclasses.replace(
-        base,
-        bert4rec=dataclasses.replace(base.bert4rec, dropout=0.0),
-        cloze=dataclasses.replace(base.cloze, pack=True, bucket_batches=1),
+    cfg = (
+        _config()
+        .replace_section("bert4rec", dropout=0.0)
+        .replace_section("cloze", pack=True, bucket_batches=1)
     )
     result = fit(toy, cfg, tmp_path / "run", progress=False)
     pop = toy.evaluate(Popularity.fit(toy.split.train), "valid", protocols=["full"])
@@ -260,7 +257,7 @@ def test_a_non_finite_loss_stops_the_run_naming_epoch_and_step(
     import seqrec.train as train_module
 
     cfg = _config(max_epochs=4, eval_every=1)
-    per_epoch = len(train_module.TASKS["bert4rec"](cfg, toy))
+    per_epoch = len(entry("bert4rec").batches(cfg, toy))
     real_step, calls = train_module.train_step, []
 
     def diverging(*args: object, **kwargs: object) -> float:
@@ -282,7 +279,7 @@ def test_non_finite_weights_stop_the_run_before_they_are_kept(
     import seqrec.train as train_module
 
     cfg = _config(max_epochs=4, eval_every=1)
-    per_epoch = len(train_module.TASKS["bert4rec"](cfg, toy))
+    per_epoch = len(entry("bert4rec").batches(cfg, toy))
     real_step, calls = train_module.train_step, []
 
     def poisoning(model: torch.nn.Module, *args: object, **kwargs: object) -> float:
@@ -302,9 +299,8 @@ def test_non_finite_weights_stop_the_run_before_they_are_kept(
 
 
 def test_max_steps_ends_training_and_the_decay_there(toy: PreparedDataset, tmp_path: Path) -> None:
-    import seqrec.train as train_module
 
-    per_epoch = len(train_module.TASKS["bert4rec"](_config(), toy))
+    per_epoch = len(entry("bert4rec").batches(_config(), toy))
     total = per_epoch + 3  # three updates into epoch 1
     cfg = _config(max_epochs=10, max_steps=total, eval_every=1, warmup_steps=5)
     result = fit(toy, cfg, tmp_path / "run", progress=False)

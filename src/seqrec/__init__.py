@@ -16,8 +16,10 @@ from seqrec.data.split import LeaveOneOut, leave_one_out
 from seqrec.errors import ConfigError, DataError, DownloadError, SeqrecError
 from seqrec.evaluate import PROTOCOLS, EvalReport, Scorer, compare_reports, evaluate
 from seqrec.metrics import paired_test, summarize
+from seqrec.models.base import ModelEntry, SequenceModel
 from seqrec.models.baselines import Popularity
 from seqrec.models.bert4rec import BERT4Rec, BERT4RecConfig
+from seqrec.models.gru4rec import GRU4Rec, GRU4RecConfig
 from seqrec.models.sasrec import SASRec, SASRecConfig
 from seqrec.recommender import Recommender, UnknownItemsError
 from seqrec.train import FitResult, fit
@@ -35,7 +37,10 @@ __all__ = [
     "EvalConfig",
     "EvalReport",
     "FitResult",
+    "GRU4Rec",
+    "GRU4RecConfig",
     "LeaveOneOut",
+    "ModelEntry",
     "Popularity",
     "PreparedDataset",
     "Recommender",
@@ -45,6 +50,7 @@ __all__ = [
     "SASRecConfig",
     "Scorer",
     "SeqrecError",
+    "SequenceModel",
     "Sequences",
     "TrainConfig",
     "UnknownItemsError",

@@ -35,13 +35,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from seqrec.config import RunConfig, from_dict
 from seqrec.errors import ConfigError, RunError
-from seqrec.models.bert4rec import BERT4Rec
-from seqrec.models.sasrec import SASRec
+from seqrec.models.base import SequenceModel
 from seqrec.provenance import atomic_write, write_json
+from seqrec.registry import MODELS, entry
 
 __all__ = [
     "MODELS",
@@ -66,18 +65,10 @@ CONFIG, VOCAB, CHECKPOINT, WEIGHTS, METRICS, LOG, CODE_DIFF = (
 )
 PREVIOUS, DIGESTS, LOCK = "checkpoint.prev.pt", "sha256.json", ".lock"
 
-# model name -> constructor from (number of items, run config)
-MODELS: dict[str, Any] = {
-    "bert4rec": lambda n_items, cfg: BERT4Rec(n_items, cfg.bert4rec),
-    "sasrec": lambda n_items, cfg: SASRec(n_items, cfg.sasrec),
-}
 
-
-def build_model(cfg: RunConfig, n_items: int) -> nn.Module:
-    if cfg.model not in MODELS:
-        raise ConfigError(f"model {cfg.model!r} is unknown; expected one of {', '.join(MODELS)}")
-    model: nn.Module = MODELS[cfg.model](n_items, cfg)
-    return model
+def build_model(cfg: RunConfig, n_items: int) -> SequenceModel:
+    """The model `cfg.model` for `n_items` items, freshly initialised (seqrec.registry)."""
+    return entry(cfg.model).build(n_items, cfg)
 
 
 def _digests(run_dir: Path) -> dict[str, str] | None:
@@ -206,7 +197,7 @@ def read_config(run_dir: Path) -> RunConfig:
     for (section, key), value in _BEFORE_ADDED.items():
         if isinstance(data.get(section), dict):
             data[section].setdefault(key, value)
-    return from_dict(RunConfig, data, str(path))
+    return from_dict(RunConfig, data, str(path), foreign="drop")
 
 
 def load_tensors(path: Path) -> Any:
@@ -254,7 +245,7 @@ class Run:
 
     path: Path
     config: RunConfig
-    model: nn.Module
+    model: SequenceModel
     item_ids: list[Any]
     metrics: dict[str, Any] | None
     source: dict[str, Any]

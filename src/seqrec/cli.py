@@ -11,7 +11,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from seqrec.checkpoint import MODELS, load_run, read_config
+from seqrec import registry
+from seqrec.checkpoint import load_run, read_config
 from seqrec.config import RunConfig, load_config
 from seqrec.data import download
 from seqrec.data.prepared import PreparedDataset, load_prepared, prepare, prepare_frame
@@ -187,7 +188,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                 f"{args.model}: the run was trained on other items than {args.data} gives "
                 f"({len(run.item_ids)} vs {len(ds.item_ids)})"
             )
-        scorer = _as_scorer(run.model)
+        scorer = run.model
         name = run_label(cfg.model, cfg.train.loss)
     else:
         raise SeqrecError(f"{args.model}: neither 'pop' nor a run directory")
@@ -201,10 +202,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     )
     _print_report(args, report, name, ds)
     return 0
-
-
-def _as_scorer(model: object) -> Scorer:
-    return model  # type: ignore[return-value]  # the models implement max_len and score()
 
 
 def _print_report(
@@ -268,9 +265,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ConfigError(f"--metric {args.metric!r} is not one of {', '.join(metric_names(ks))}")
     device = str(resolve_device("auto"))
     reports = {
-        name: ds.evaluate(
-            _as_scorer(run.model), args.split, protocols=protocols, ks=ks, device=device
-        )
+        name: ds.evaluate(run.model, args.split, protocols=protocols, ks=ks, device=device)
         for name, run in zip(names, runs, strict=True)
     }
     tests = compare_reports(reports, args.metric)
@@ -423,7 +418,7 @@ def cmd_attention(args: argparse.Namespace) -> int:
             raise SeqrecError(f"--users: no test user {', '.join(missing[:5])} in {args.data}")
         position = {int(u): e for e, u in enumerate(test.users)}
         rows = np.array([position[index[u]] for u in wanted if index[u] in position])
-    max_len = int(run.model.max_len)  # type: ignore[arg-type]
+    max_len = int(run.model.max_len)
     histories = torch.as_tensor(pad_histories(test.histories, rows, max_len))
     maps = attention_maps(run.model, histories, last=args.last)
     out = Path(args.figure) if args.figure else Path(args.run) / "attention.png"
@@ -550,7 +545,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_stats)
 
     p = sub.add_parser("train", help="train a model; the run directory gets everything")
-    p.add_argument("model", choices=list(MODELS))
+    p.add_argument("model", choices=list(registry.MODELS))
     _add_data_flags(p, out_help="the run directory (created; must be new unless --resume)")
     p.add_argument("--time-budget", metavar="DURATION", help="wall clock for training: 20m, 1h")
     p.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")

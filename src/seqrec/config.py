@@ -14,10 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from seqrec.data.batches import ClozeConfig, NextItemConfig
 from seqrec.errors import ConfigError
-from seqrec.models.bert4rec import BERT4RecConfig
-from seqrec.models.sasrec import SASRecConfig
 
 __all__ = [
     "DataConfig",
@@ -93,8 +90,11 @@ class TrainConfig:
     batch_size: int = 256
     clip_norm: float = 5.0  # gradient clipping by global L2 norm; 0 = none
     # The loss (seqrec.losses): "ce" full softmax (BERT4Rec Eq. 8), "bce" with n_negatives per
-    # target (SASRec §III-E: 1), "sampled_softmax", "gbce" (gSASRec).
-    loss: Literal["ce", "bce", "sampled_softmax", "gbce"] = "ce"
+    # target (SASRec §III-E: 1), "sampled_softmax", "gbce" (gSASRec), "bpr" / "top1" (GRU4Rec),
+    # "bpr_max" / "top1_max" (GRU4Rec+).
+    loss: Literal["ce", "bce", "sampled_softmax", "gbce", "bpr", "top1", "bpr_max", "top1_max"] = (
+        "ce"
+    )
     n_negatives: int = 1  # k, negatives per target (sampled losses only)
     # "position": k negatives per target position (SASRec §III-E, gSASRec); "sequence": k per
     # sequence, shared by its positions: one matmul instead of a (M, k, D) gather, ~10x faster
@@ -107,6 +107,7 @@ class TrainConfig:
     # k = 1 BCE). DEVIATION from gSASRec, off by default: with 256 negatives and no offset our
     # SASRec collapses to one hidden state for every history (docs/sasrec.md).
     prior_offset: bool = False
+    bpreg: float = 1.0  # bpr_max: λ of its score regulariser (GRU4Rec+ code's bpreg)
     eval_every: int = 1  # validate every k epochs
     patience: int = 10  # validations without improvement before stopping; 0 = never stop early
     val_protocol: str = "full"  # early stopping / best state: this protocol on VALIDATION
@@ -134,45 +135,124 @@ class TrainConfig:
     init_from: str | None = None
 
 
+_RUN_KEYS = ("data", "eval", "model", "train")  # RunConfig's own keys; the rest are sections
+
+
 @dataclass(frozen=True)
 class RunConfig:
+    """A run's whole config: data, evaluation, the model's name, the training recipe, and the
+    chosen model's own sections (its architecture and training task, e.g. [bert4rec] and
+    [cloze]) as the registry names them (seqrec.registry). A section is read as an attribute
+    (`cfg.bert4rec`); another model's section is not there (an AttributeError that says whose
+    it is), and in a config file it is an error."""
+
     data: DataConfig = field(default_factory=DataConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     model: str = "bert4rec"
-    bert4rec: BERT4RecConfig = field(default_factory=BERT4RecConfig)
-    cloze: ClozeConfig = field(default_factory=ClozeConfig)
-    sasrec: SASRecConfig = field(default_factory=SASRecConfig)
-    next_item: NextItemConfig = field(default_factory=NextItemConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    # (section name, frozen dataclass) pairs in the registry's order; a missing section takes
+    # its defaults
+    sections: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        from seqrec import registry  # the registry imports the models, which import this module
+
+        entry = registry.entry(self.model)
+        given = dict(self.sections)
+        for name in given.keys() - entry.sections.keys():
+            raise ConfigError(_foreign(name, self.model, "config"))
+        full = []
+        for name, cls in entry.sections.items():
+            value = given.get(name)
+            if value is None:
+                value = cls()
+            elif not isinstance(value, cls):
+                raise ConfigError(f"config.{name}: expected a {cls.__name__}, got {value!r}")
+            full.append((name, value))
+        object.__setattr__(self, "sections", tuple(full))
+
+    def __getattr__(self, name: str) -> Any:
+        # called only when `name` is not a field: the model's sections
+        if not name.startswith("__"):
+            for key, value in object.__getattribute__(self, "sections"):
+                if key == name:
+                    return value
+            from seqrec import registry
+
+            owner = registry.section_owner(name)
+            if owner is not None:
+                raise AttributeError(
+                    f"{name}: a section of model {owner!r}; this config's model is "
+                    f"{object.__getattribute__(self, 'model')!r}"
+                )
+        raise AttributeError(name)
+
+    def replace_section(self, name: str, **changes: Any) -> RunConfig:
+        """A copy with section `name`'s fields changed (dataclasses.replace for a section)."""
+        if name not in dict(self.sections):
+            raise ConfigError(_foreign(name, self.model, "config"))
+        sections = tuple(
+            (k, dataclasses.replace(v, **changes) if k == name else v) for k, v in self.sections
+        )
+        return dataclasses.replace(self, sections=sections)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as its TOML / config.json layout: data, eval, model, train, then each
+        section at the top level ({"bert4rec": {...}, "cloze": {...}})."""
+        out: dict[str, Any] = {
+            "data": dataclasses.asdict(self.data),
+            "eval": dataclasses.asdict(self.eval),
+            "model": self.model,
+            "train": dataclasses.asdict(self.train),
+        }
+        for name, value in self.sections:
+            out[name] = dataclasses.asdict(value)
+        return out
 
 
-# Each model's own training recipe, where it differs from TrainConfig's (BERT4Rec's) defaults.
-MODEL_TRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
-    "bert4rec": {},
-    # SASRec §IV-C and the original code: Adam, lr 1e-3, β2 0.98 (eps 1e-8, TensorFlow's), no
-    # weight decay, a constant learning rate, no clipping, batch 128, BCE with 1 negative.
-    "sasrec": {
-        "lr": 1e-3,
-        "beta2": 0.98,
-        "eps": 1e-8,
-        "weight_decay": 0.0,
-        "warmup_steps": 0,
-        "decay": "none",
-        "clip_norm": 0.0,
-        "batch_size": 128,
-        "loss": "bce",
-        "n_negatives": 1,
-    },
-}
+def _foreign(section: str, model: str, where: str) -> str:
+    from seqrec import registry
+
+    owner = registry.section_owner(section)
+    if owner is None:
+        known = ", ".join([*_RUN_KEYS, *registry.entry(model).sections])
+        return f"{where}: unknown key {section}; known: {known}"
+    return (
+        f"{where}: [{section}] is a section of model {owner!r}, not of {model!r} (this run's model)"
+    )
+
+
+def _run_config_from_dict(data: dict[str, Any], where: str, foreign: str) -> RunConfig:
+    """RunConfig from its TOML layout; another model's section is an error (`foreign` "error")
+    or left out ("drop": run directories written before a config held one model's sections)."""
+    from seqrec import registry
+
+    model = _coerce(data.get("model", "bert4rec"), str, f"{where}.model")
+    try:
+        entry = registry.entry(model)
+    except ConfigError as err:
+        raise ConfigError(f"{where}: {err}") from None
+    hints = typing.get_type_hints(RunConfig)
+    kwargs = {k: _coerce(data[k], hints[k], f"{where}.{k}") for k in _RUN_KEYS if k in data}
+    sections = []
+    for key, value in data.items():
+        if key in _RUN_KEYS:
+            continue
+        if key in entry.sections:
+            sections.append((key, _coerce(value, entry.sections[key], f"{where}.{key}")))
+        elif foreign == "drop" and registry.section_owner(key) is not None:
+            continue
+        else:
+            raise ConfigError(_foreign(key, model, where))
+    return RunConfig(**kwargs, sections=tuple(sections))
 
 
 def default_config(model: str = "bert4rec") -> RunConfig:
     """The defaults for `model`: the dataclass defaults with that model's training recipe."""
-    if model not in MODEL_TRAIN_DEFAULTS:
-        raise ConfigError(
-            f"model {model!r} is unknown; expected one of {', '.join(MODEL_TRAIN_DEFAULTS)}"
-        )
-    train = dataclasses.replace(TrainConfig(), **MODEL_TRAIN_DEFAULTS[model])
+    from seqrec import registry
+
+    entry = registry.entry(model)
+    train = dataclasses.replace(TrainConfig(), **entry.train_defaults)
     return RunConfig(model=model, train=train)
 
 
@@ -188,8 +268,8 @@ def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def config_diff(a: Any, b: Any) -> list[str]:
     """Where two configs (dataclasses) differ: one "section.key: a vs b" per differing key."""
-    fa = _flatten(dataclasses.asdict(a))
-    fb = _flatten(dataclasses.asdict(b))
+    fa = _flatten(a.to_dict() if isinstance(a, RunConfig) else dataclasses.asdict(a))
+    fb = _flatten(b.to_dict() if isinstance(b, RunConfig) else dataclasses.asdict(b))
     return [
         f"{k}: {fa.get(k)!r} vs {fb.get(k)!r}"
         for k in sorted(fa.keys() | fb.keys())
@@ -278,8 +358,14 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
-def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
-    """Build a config dataclass from a (nested) dict; unknown keys are an error."""
+def from_dict(
+    cls: type[T], data: dict[str, Any], where: str = "config", *, foreign: str = "error"
+) -> T:
+    """Build a config dataclass from a (nested) dict; unknown keys are an error. A RunConfig
+    takes the sections of its model; another model's section is an error, or, with
+    `foreign="drop"`, left out."""
+    if cls is RunConfig:
+        return _run_config_from_dict(data, where, foreign)  # type: ignore[return-value]
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(data) - names)
@@ -366,7 +452,11 @@ def load_config(
         except ConfigError as err:
             raise ConfigError(f"{path}: {err}" if path is not None else str(err)) from None
     data: dict[str, Any] = {}
-    if base is not None:
+    if isinstance(base, RunConfig):
+        data = base.to_dict()
+        if layer.get("model", base.model) != base.model:  # another model: not its sections
+            data = {k: v for k, v in data.items() if k in _RUN_KEYS}
+    elif base is not None:
         data = dataclasses.asdict(base)  # type: ignore[call-overload]
     _merge(data, layer)
     return from_dict(cls, data, str(path) if path else "config")

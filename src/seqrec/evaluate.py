@@ -65,7 +65,8 @@ class Scorer(Protocol):
     -> scores (B, n_items + 1) float; column 0 (padding) is ignored.
     """
 
-    max_len: int | None
+    @property
+    def max_len(self) -> int | None: ...
 
     def score(self, histories: torch.Tensor) -> torch.Tensor: ...
 

@@ -20,6 +20,7 @@ from torch import nn
 
 from seqrec.checkpoint import load_run
 from seqrec.errors import ConfigError
+from seqrec.models.base import SequenceModel
 
 __all__ = ["FORMATS", "export_run"]
 
@@ -29,12 +30,12 @@ FORMATS = {"onnx": "model.onnx", "torchscript": "model.ts"}  # format -> default
 class _Scores(nn.Module):
     """histories (B, L) -> scores (B, n_items + 1): the model's `score`, as a plain forward."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: SequenceModel) -> None:
         super().__init__()
         self.model = model
 
     def forward(self, histories: torch.Tensor) -> torch.Tensor:
-        scores: torch.Tensor = self.model.score(histories)  # type: ignore[operator]
+        scores: torch.Tensor = self.model.score(histories)
         return scores
 
 
@@ -48,7 +49,7 @@ def export_run(
         raise ConfigError(f"format {fmt!r}: expected one of {', '.join(FORMATS)}")
     run = load_run(run_dir)
     wrapper = _Scores(run.model).eval()
-    max_len = int(run.model.max_len)  # type: ignore[arg-type]
+    max_len = int(run.model.max_len)
     example = torch.randint(1, len(run.item_ids) + 1, (2, min(8, max_len)))
     path = Path(out) if out else Path(run_dir) / FORMATS[fmt]
     path.parent.mkdir(parents=True, exist_ok=True)

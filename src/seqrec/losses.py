@@ -11,7 +11,11 @@ Every loss sees M target positions: z (M, D) output features, the output layer's
 - `sampled_softmax`: softmax over the target and its k negatives, optionally with the logQ
   correction;
 - `gbce`: generalised BCE (Petrov & Macdonald, RecSys 2023, "gSASRec"), which undoes the
-  overconfidence that negative sampling teaches.
+  overconfidence that negative sampling teaches;
+- `bpr` and `top1`: GRU4Rec's pairwise losses (Hidasi et al. 2016, §3.1.2), averaged over the
+  k negatives;
+- `bpr_max` and `top1_max`: GRU4Rec+'s (Hidasi & Karatzoglou 2018, §3.2), the pairwise terms
+  weighted by the softmax of the negatives' scores, so the hardest negatives count most.
 
 The sampled losses sum over the target and its negatives and average over positions, so with
 k = 1 `bce` is SASRec's objective divided by the number of target positions.
@@ -32,6 +36,8 @@ __all__ = [
     "LossSpec",
     "SAMPLED_LOSSES",
     "bce_loss",
+    "bpr_loss",
+    "bpr_max_loss",
     "full_cross_entropy",
     "gbce_beta",
     "gbce_loss",
@@ -41,6 +47,8 @@ __all__ = [
     "sampled_softmax_loss",
     "sequence_negative_logits",
     "target_logits",
+    "top1_loss",
+    "top1_max_loss",
 ]
 
 # Rows of the (M, V) logit matrix handled at once: as many as fit in CE_CHUNK_ELEMENTS floats
@@ -229,6 +237,30 @@ def gbce_loss(pos: torch.Tensor, neg: torch.Tensor, beta: float) -> torch.Tensor
     return (beta * F.softplus(-pos) + F.softplus(neg).sum(-1)).mean()
 
 
+def bpr_loss(pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
+    """GRU4Rec's BPR: -1/k Σ_j log σ(r_i - r_j), averaged over positions."""
+    return F.softplus(neg - pos[:, None]).mean()
+
+
+def top1_loss(pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
+    """GRU4Rec's TOP1: 1/k Σ_j σ(r_j - r_i) + σ(r_j²), averaged over positions."""
+    return (torch.sigmoid(neg - pos[:, None]) + torch.sigmoid(neg**2)).mean()
+
+
+def bpr_max_loss(pos: torch.Tensor, neg: torch.Tensor, reg: float) -> torch.Tensor:
+    """GRU4Rec+'s BPR-max: -log Σ_j s_j σ(r_i - r_j) + λ Σ_j s_j r_j², s = softmax(r_neg),
+    averaged over positions (the log of the weighted sum taken stably, in log space)."""
+    log_s = torch.log_softmax(neg, dim=1)
+    log_term = torch.logsumexp(log_s + F.logsigmoid(pos[:, None] - neg), dim=1)
+    return (-log_term + reg * (log_s.exp() * neg**2).sum(1)).mean()
+
+
+def top1_max_loss(pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
+    """GRU4Rec+'s TOP1-max: Σ_j s_j (σ(r_j - r_i) + σ(r_j²)), s = softmax(r_neg), averaged."""
+    s = torch.softmax(neg, dim=1)
+    return (s * (torch.sigmoid(neg - pos[:, None]) + torch.sigmoid(neg**2))).sum(1).mean()
+
+
 def sequence_negative_logits(
     features: torch.Tensor,
     weight: torch.Tensor,
@@ -258,6 +290,7 @@ class LossSpec:
     logq: bool = False  # sampled_softmax: logQ correction
     bf16: bool = False  # ce: the big matmuls in bfloat16
     prior_offset: bool = False  # bce/gbce: add `prior_logit(self)` to every score
+    bpreg: float = 1.0  # bpr_max: λ of the score regulariser (GRU4Rec+ code's bpreg)
 
     @property
     def needs_negatives(self) -> bool:
@@ -305,6 +338,10 @@ SAMPLED_LOSSES: dict[str, Callable[[LossSpec, Tensor, Tensor], Tensor]] = {
     "bce": _bce,
     "sampled_softmax": _sampled_softmax,
     "gbce": _gbce,
+    "bpr": lambda spec, pos, neg: bpr_loss(pos, neg),
+    "top1": lambda spec, pos, neg: top1_loss(pos, neg),
+    "bpr_max": lambda spec, pos, neg: bpr_max_loss(pos, neg, spec.bpreg),
+    "top1_max": lambda spec, pos, neg: top1_max_loss(pos, neg),
 }
 LOSSES = ("ce", *SAMPLED_LOSSES)  # every name `train.loss` accepts
 

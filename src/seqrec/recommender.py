@@ -271,7 +271,7 @@ class Recommender:
         batch = left_pad(items, starts, ends, width)  # (B, L): the most recent max_len items
         inputs = torch.from_numpy(batch).to(self.device)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            scores = self.model.score(inputs).float()  # type: ignore[operator]
+            scores = self.model.score(inputs).float()
         empty = torch.from_numpy(lengths == 0).to(self.device)
         if bool(empty.any()):
             pop = torch.from_numpy(self.popularity).to(self.device)

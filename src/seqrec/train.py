@@ -15,10 +15,10 @@ import dataclasses
 import json
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,16 +27,17 @@ from tqdm import tqdm
 
 from seqrec import checkpoint as ckpt
 from seqrec.config import RunConfig, TrainConfig, parse_duration
-from seqrec.data.batches import Batch, ClozeSampler, NextItemSampler
+from seqrec.data.batches import Batch
 from seqrec.data.prepared import PreparedDataset
 from seqrec.errors import ConfigError, TrainingError
 from seqrec.evaluate import PROTOCOLS, parse_protocols
 from seqrec.losses import LossSpec, full_cross_entropy, model_loss
 from seqrec.metrics import metric_names
+from seqrec.models.base import SequenceModel
 from seqrec.provenance import atomic_write, cpu_flags, git_commit, git_diff, machine
+from seqrec.registry import entry
 
 __all__ = [
-    "TASKS",
     "FitResult",
     "ModelScorer",
     "fit",
@@ -49,42 +50,6 @@ __all__ = [
 ]
 
 
-class Sampler(Protocol):
-    def __len__(self) -> int: ...  # batches per epoch
-
-    def epoch(self, epoch: int) -> Iterator[Batch]: ...
-
-
-def _cloze_batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
-    return ClozeSampler(
-        ds.split.train,
-        max_len=cfg.bert4rec.max_len,
-        cfg=cfg.cloze,
-        batch_size=cfg.train.batch_size,
-        seed=cfg.train.seed,
-        n_negatives=cfg.train.n_negatives if cfg.train.loss != "ce" else 0,
-    )
-
-
-def _next_item_batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
-    return NextItemSampler(
-        ds.split.train,
-        max_len=cfg.sasrec.max_len,
-        cfg=cfg.next_item,
-        batch_size=cfg.train.batch_size,
-        seed=cfg.train.seed,
-        n_negatives=cfg.train.n_negatives if cfg.train.loss != "ce" else 0,
-        negatives_per=cfg.train.negatives_per,
-    )
-
-
-# model name -> its training batches (which positions are targets; checkpoint.MODELS builds it)
-TASKS: dict[str, Callable[[RunConfig, PreparedDataset], Sampler]] = {
-    "bert4rec": _cloze_batches,
-    "sasrec": _next_item_batches,
-}
-
-
 def loss_spec(cfg: RunConfig, n_items: int) -> LossSpec:
     t = cfg.train
     bf16 = _resolved(t.bf16, "bf16") or _resolved(t.loss_bf16, "loss_bf16")
@@ -92,7 +57,8 @@ def loss_spec(cfg: RunConfig, n_items: int) -> LossSpec:
         raise ConfigError(f"train.loss = {t.loss!r} needs train.n_negatives >= 1")
     if t.negatives_per == "sequence" and cfg.model != "sasrec":
         raise ConfigError('train.negatives_per = "sequence" is for sasrec only')
-    if t.negatives_per == "sequence" and t.loss != "ce" and cfg.next_item.pack:
+    task = getattr(cfg, "next_item", None)
+    if t.negatives_per == "sequence" and t.loss != "ce" and task is not None and task.pack:
         raise ConfigError('next_item.pack does not combine with train.negatives_per = "sequence"')
     return LossSpec(
         name=t.loss,
@@ -103,6 +69,7 @@ def loss_spec(cfg: RunConfig, n_items: int) -> LossSpec:
         logq=t.logq,
         bf16=bf16,
         prior_offset=t.prior_offset,
+        bpreg=t.bpreg,
     )
 
 
@@ -120,7 +87,7 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def make_optimizer(model: nn.Module, cfg: RunConfig) -> torch.optim.Optimizer:
+def make_optimizer(model: SequenceModel, cfg: RunConfig) -> torch.optim.Optimizer:
     t = cfg.train
     # §4.3: L2 weight decay 0.01, as in BERT not on LayerNorm weights and biases (1-d tensors)
     decay = [p for p in model.parameters() if p.ndim >= 2]
@@ -137,7 +104,7 @@ def make_optimizer(model: nn.Module, cfg: RunConfig) -> torch.optim.Optimizer:
 
 
 def train_step(
-    model: nn.Module,
+    model: SequenceModel,
     spec: LossSpec,
     batch: Batch,
     optimizer: torch.optim.Optimizer,
@@ -148,7 +115,7 @@ def train_step(
     batch = batch.to(device)
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=_resolved(t.bf16, "bf16")):
         loss = model_loss(
-            model,  # type: ignore[arg-type]
+            model,
             spec,
             batch.inputs,
             batch.positions,
@@ -201,7 +168,7 @@ def _has_matrix_units(device: torch.device) -> bool:
 
 def resolve_precision(
     cfg: RunConfig,
-    model: nn.Module,
+    model: SequenceModel,
     batch: Batch,
     n_items: int,
     device: torch.device,
@@ -217,7 +184,7 @@ def resolve_precision(
     found: dict[str, Any] = {}
     bf16, loss_bf16 = t.bf16, t.loss_bf16
     if loss_bf16 == "auto":
-        d = int(model.output_weights()[0].shape[1])  # type: ignore[operator]
+        d = int(model.output_weights()[0].shape[1])
         m = max(1, int(batch.targets.shape[0]))
         gen = torch.Generator().manual_seed(0)
         z = torch.randn(m, d, generator=gen).to(device).requires_grad_()
@@ -241,7 +208,7 @@ def resolve_precision(
                 def run() -> None:
                     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
                         loss = model_loss(
-                            model,  # type: ignore[arg-type]
+                            model,
                             spec,
                             on.inputs,
                             on.positions,
@@ -265,19 +232,19 @@ def resolve_precision(
 class ModelScorer:
     """Wraps a model as a `Scorer` in eval mode (dropout off), optionally under bf16."""
 
-    def __init__(self, model: nn.Module, bf16: bool, device: torch.device) -> None:
+    def __init__(self, model: SequenceModel, bf16: bool, device: torch.device) -> None:
         self.model, self.bf16, self.device = model, bf16, device
-        self.max_len: int | None = model.max_len  # type: ignore[assignment]
+        self.max_len: int | None = model.max_len
 
     def score(self, histories: torch.Tensor) -> torch.Tensor:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            return self.model.score(histories).float()  # type: ignore[operator]
+            return self.model.score(histories).float()
 
 
 @dataclass
 class FitResult:
     run_dir: Path
-    model: nn.Module
+    model: SequenceModel
     metrics: dict[str, Any]
 
 
@@ -318,8 +285,7 @@ def _fit(
             f"{run_dir}: already holds files; choose a new --out, or --resume an unfinished run"
         )
     t = cfg.train
-    if cfg.model not in TASKS:
-        raise ConfigError(f"model {cfg.model!r} is unknown; expected one of {', '.join(TASKS)}")
+    model_entry = entry(cfg.model)  # an unknown model is a ConfigError
     val_protocol = parse_protocols(t.val_protocol)[0]
     names = metric_names(cfg.eval.ks)
     if t.val_metric not in names:
@@ -342,7 +308,7 @@ def _fit(
         run_dir.mkdir(parents=True, exist_ok=True)
         ckpt.write_json(
             run_dir / ckpt.CONFIG,
-            {**dataclasses.asdict(cfg), "source": {**(source or {}), "prepared": str(ds.path)}},
+            {**cfg.to_dict(), "source": {**(source or {}), "prepared": str(ds.path)}},
         )
         train_items = ds.split.train.items
         popularity = np.bincount(train_items, minlength=ds.n_items + 1).tolist()
@@ -360,8 +326,8 @@ def _fit(
         _warm_start(model, Path(t.init_from), cfg, ds)
     elif state is None and hasattr(model, "init_output_bias"):  # bert4rec.out_bias_init
         counts = np.bincount(ds.split.train.items, minlength=ds.n_items + 1)[1:]
-        model.init_output_bias(torch.from_numpy(counts).to(device))  # type: ignore[operator]
-    sampler = TASKS[cfg.model](cfg, ds)
+        model.init_output_bias(torch.from_numpy(counts).to(device))
+    sampler = model_entry.batches(cfg, ds)
     # "auto" precisions: decided once per run (a resumed run keeps its first decision)
     precision_start = time.perf_counter()
     if state is not None and "precision" in state:
@@ -571,7 +537,7 @@ def _with_precision(cfg: RunConfig, bf16: bool, loss_bf16: bool) -> RunConfig:
     )
 
 
-def _warm_start(model: nn.Module, source: Path, cfg: RunConfig, ds: PreparedDataset) -> None:
+def _warm_start(model: SequenceModel, source: Path, cfg: RunConfig, ds: PreparedDataset) -> None:
     """Load the best weights of the run in `source` into `model` (train.init_from), after
     checking that they fit `cfg`'s model and `ds`'s items."""
     where = f"train.init_from {source}"

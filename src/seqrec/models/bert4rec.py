@@ -11,17 +11,22 @@ in `seqrec.data.batches`, the loss formula in `seqrec.losses`.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from seqrec.data.batches import ClozeConfig, ClozeSampler
+from seqrec.models.base import ModelEntry, Sampler, SequenceModel
 from seqrec.models.dropout import DropoutKind, dropout
 
-__all__ = ["BERT4Rec", "BERT4RecConfig"]
+if TYPE_CHECKING:
+    from seqrec.config import RunConfig
+    from seqrec.data.prepared import PreparedDataset
+
+__all__ = ["BERT4Rec", "BERT4RecConfig", "ENTRY"]
 
 
 @dataclass(frozen=True)
@@ -139,7 +144,7 @@ class TransformerLayer(nn.Module):
         return self.ln2(out) if self.use_ln else out
 
 
-class BERT4Rec(nn.Module):
+class BERT4Rec(SequenceModel):
     def __init__(self, n_items: int, cfg: BERT4RecConfig | None = None) -> None:
         super().__init__()
         self.cfg = cfg = cfg or BERT4RecConfig()
@@ -248,9 +253,23 @@ class BERT4Rec(nn.Module):
         inputs = torch.cat([histories[:, -self.max_len :], mask], dim=1)  # (B, L+1)
         return self.forward(inputs, last_only=True)[:, -1]
 
-    @torch.no_grad()
-    def score(self, histories: torch.Tensor) -> torch.Tensor:
-        """The `Scorer` interface: (B, L) histories -> (B, n_items + 1); column 0 is -inf."""
-        scores = self.logits(self.user_vector(histories))  # (B, n_items)
-        pad = torch.full_like(scores[:, :1], -math.inf)
-        return torch.cat([pad, scores], dim=1)
+
+def _cloze_batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
+    return ClozeSampler(
+        ds.split.train,
+        max_len=cfg.bert4rec.max_len,
+        cfg=cfg.cloze,
+        batch_size=cfg.train.batch_size,
+        seed=cfg.train.seed,
+        n_negatives=cfg.train.n_negatives if cfg.train.loss != "ce" else 0,
+    )
+
+
+# the registry entry (seqrec.registry): the architecture and its Cloze task (§3.6); the training
+# recipe is TrainConfig's defaults (§4.3)
+ENTRY = ModelEntry(
+    name="bert4rec",
+    sections={"bert4rec": BERT4RecConfig, "cloze": ClozeConfig},
+    build=lambda n_items, cfg: BERT4Rec(n_items, cfg.bert4rec),
+    batches=_cloze_batches,
+)

@@ -17,15 +17,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from seqrec.data.batches import NextItemConfig, NextItemSampler
+from seqrec.models.base import ModelEntry, Sampler, SequenceModel
 from seqrec.models.dropout import DropoutKind, dropout
 
-__all__ = ["SASRec", "SASRecConfig"]
+if TYPE_CHECKING:
+    from seqrec.config import RunConfig
+    from seqrec.data.prepared import PreparedDataset
+
+__all__ = ["ENTRY", "SASRec", "SASRecConfig"]
 
 
 @dataclass(frozen=True)
@@ -133,7 +139,7 @@ class Block(nn.Module):
         return y + self.dropout(self.ffn(self.ln2(y)))
 
 
-class SASRec(nn.Module):
+class SASRec(SequenceModel):
     def __init__(self, n_items: int, cfg: SASRecConfig | None = None) -> None:
         super().__init__()
         self.cfg = cfg = cfg or SASRecConfig()
@@ -226,9 +232,38 @@ class SASRec(nn.Module):
         """histories (B, L) left-padded -> (B, D): F at the last position (§III-D)."""
         return self.forward(histories[:, -self.max_len :], last_only=True)[:, -1]
 
-    @torch.no_grad()
-    def score(self, histories: torch.Tensor) -> torch.Tensor:
-        """The `Scorer` interface: (B, L) histories -> (B, n_items + 1); column 0 is -inf."""
-        scores = self.user_vector(histories) @ self.output_weights()[0].T  # (B, n_items)
-        pad = torch.full_like(scores[:, :1], -math.inf)
-        return torch.cat([pad, scores], dim=1)
+
+def _next_item_batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
+    return NextItemSampler(
+        ds.split.train,
+        max_len=cfg.sasrec.max_len,
+        cfg=cfg.next_item,
+        batch_size=cfg.train.batch_size,
+        seed=cfg.train.seed,
+        n_negatives=cfg.train.n_negatives if cfg.train.loss != "ce" else 0,
+        negatives_per=cfg.train.negatives_per,
+    )
+
+
+# the registry entry (seqrec.registry): the architecture, its shifted next-item task (§III-E)
+# and its recipe where it differs from TrainConfig's (BERT4Rec's) defaults: §IV-C and the
+# original code: Adam, lr 1e-3, β2 0.98 (eps 1e-8, TensorFlow's), no weight decay, a constant
+# learning rate, no clipping, batch 128, BCE with 1 negative
+ENTRY = ModelEntry(
+    name="sasrec",
+    sections={"sasrec": SASRecConfig, "next_item": NextItemConfig},
+    build=lambda n_items, cfg: SASRec(n_items, cfg.sasrec),
+    batches=_next_item_batches,
+    train_defaults={
+        "lr": 1e-3,
+        "beta2": 0.98,
+        "eps": 1e-8,
+        "weight_decay": 0.0,
+        "warmup_steps": 0,
+        "decay": "none",
+        "clip_norm": 0.0,
+        "batch_size": 128,
+        "loss": "bce",
+        "n_negatives": 1,
+    },
+)

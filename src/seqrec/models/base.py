@@ -1,0 +1,89 @@
+"""What every trainable model is to the rest of seqrec, and the registry entry that makes one.
+
+`SequenceModel` is the interface train / evaluate / recommend / serve / export call: a module
+that maps left-padded item ids to hidden states, an output layer the loss reads (features and
+(weights, bias), so the loss gathers the target positions before the big matmul), and `score`,
+the `Scorer` interface of `seqrec.evaluate`.
+
+`ModelEntry` is everything seqrec needs to know to train a model by name: its config sections
+(TOML section name -> frozen dataclass), how to build it, its training batches and where its
+training recipe differs from `TrainConfig`'s defaults. A model file defines its module and one
+`ModelEntry`; `seqrec.registry` lists the entries. Adding a model is that file plus one line
+there (docs/architecture.md, "Adding a model").
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from seqrec.config import RunConfig
+    from seqrec.data.batches import Batch
+    from seqrec.data.prepared import PreparedDataset
+
+__all__ = ["ModelEntry", "Sampler", "SequenceModel"]
+
+
+class SequenceModel(nn.Module, ABC):
+    """A trainable next-item model over items 1..n_items (0 = padding)."""
+
+    n_items: int
+
+    @property
+    @abstractmethod
+    def max_len(self) -> int:
+        """How many most-recent items `score` reads."""
+
+    @abstractmethod
+    def output_features(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(..., D) hidden states -> (..., D) features the output layer multiplies."""
+
+    @abstractmethod
+    def output_weights(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The output layer: (n_items, D) weights of items 1..n and an (n_items,) bias or None."""
+
+    @abstractmethod
+    def user_vector(self, histories: torch.Tensor) -> torch.Tensor:
+        """(B, L) left-padded histories -> (B, D) features that score the next item."""
+
+    def init_output_bias(self, popularity: torch.Tensor) -> None:  # noqa: B027 (optional hook)
+        """Called once before training with the (n_items,) training counts; no-op by default."""
+
+    @torch.no_grad()
+    def score(self, histories: torch.Tensor) -> torch.Tensor:
+        """The `Scorer` interface: (B, L) histories -> (B, n_items + 1); column 0 is -inf."""
+        weight, bias = self.output_weights()
+        scores = self.output_features(self.user_vector(histories)) @ weight.T
+        if bias is not None:
+            scores = scores + bias
+        pad = torch.full_like(scores[:, :1], -math.inf)
+        return torch.cat([pad, scores], dim=1)
+
+
+class Sampler(Protocol):
+    """A model's training batches: `len` batches per epoch, the same ones for the same epoch."""
+
+    def __len__(self) -> int: ...
+
+    def epoch(self, epoch: int) -> Iterator[Batch]: ...
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One trainable model, by name (`seqrec train NAME`, `model = "NAME"` in a config)."""
+
+    name: str
+    # the model's own config sections, in TOML order: section name -> frozen dataclass; a run's
+    # config holds these and no other model's (`RunConfig.sections`)
+    sections: Mapping[str, type]
+    build: Callable[[int, RunConfig], SequenceModel]  # (n_items, run config) -> model
+    batches: Callable[[RunConfig, PreparedDataset], Sampler]  # its training task
+    # where its recipe differs from TrainConfig's defaults (BERT4Rec §4.3)
+    train_defaults: Mapping[str, Any] = field(default_factory=dict)
