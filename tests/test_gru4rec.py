@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from seqrec.attention import attention_maps
 from seqrec.checkpoint import load_run
 from seqrec.config import RunConfig, default_config, load_config
 from seqrec.data.prepared import PreparedDataset, prepare_frame
@@ -19,7 +20,7 @@ from seqrec.losses import bpr_loss, bpr_max_loss, top1_loss, top1_max_loss
 from seqrec.models.baselines import Popularity
 from seqrec.models.gru4rec import GRU4Rec, GRU4RecConfig
 from seqrec.registry import MODELS
-from seqrec.train import fit
+from seqrec.train import fit, loss_spec
 
 
 def _sig(x: float) -> float:
@@ -56,6 +57,11 @@ def test_padding_never_enters_the_state() -> None:
     assert scores.shape == (2, 31) and scores[:, 0].eq(-math.inf).all()
 
 
+def test_attention_maps_refuse_a_model_without_attention() -> None:
+    with pytest.raises(ConfigError, match="not GRU4Rec"):
+        attention_maps(_model(), torch.tensor([[1, 2, 3]]), last=2)
+
+
 def test_gru4rec_losses_hand_computed() -> None:
     # one position, target score 1, negatives scored 0 and 2
     pos, neg = torch.tensor([1.0]), torch.tensor([[0.0, 2.0]])
@@ -79,7 +85,7 @@ def toy(tmp_path_factory: pytest.TempPathFactory) -> PreparedDataset:
     return prepare_frame(df, tmp_path_factory.mktemp("toy") / "prepared", name="toy")
 
 
-def _config(loss: str) -> RunConfig:
+def _config(loss: str, *more: str) -> RunConfig:
     return load_config(
         RunConfig,
         None,
@@ -95,13 +101,16 @@ def _config(loss: str) -> RunConfig:
             "train.max_epochs=8",
             "train.eval_every=4",
             "train.patience=0",
+            *more,
         ],
     )
 
 
 @pytest.mark.parametrize("loss", ["bpr_max", "top1"])
 def test_learns_the_toy_pattern_above_pop(loss: str, toy: PreparedDataset, tmp_path: Path) -> None:
-    result = fit(toy, _config(loss), tmp_path / "run", progress=False)
+    # top1 with negatives shared by a sequence's positions (ml-1m-gru4rec's setting)
+    more = ['train.negatives_per="sequence"'] if loss == "top1" else []
+    result = fit(toy, _config(loss, *more), tmp_path / "run", progress=False)
     pop = toy.evaluate(Popularity.fit(toy.split.train), "valid", protocols=["full"])
     ours = result.metrics["valid"]["full"]["ndcg@10"]
     assert ours > pop.metrics["full"]["ndcg@10"] + 0.2, (loss, ours)
@@ -129,3 +138,7 @@ def test_the_registry_and_the_model_sections() -> None:
     assert again.to_dict()["gru4rec"]["hidden"] == 7 and "sections" not in again.to_dict()
     with pytest.raises(ConfigError, match="model 'nope' is unknown"):
         RunConfig(model="nope")
+    # per-sequence negatives need the next-item task (a section the registry gives the model)
+    cloze = load_config(RunConfig, None, ['train.loss="bce"', 'train.negatives_per="sequence"'])
+    with pytest.raises(ConfigError, match="needs the next-item task; bert4rec has none"):
+        loss_spec(cloze, 10)

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from seqrec.errors import ConfigError
 from seqrec.models.bert4rec import BERT4Rec, SelfAttention
 from seqrec.models.sasrec import CausalSelfAttention, SASRec
 
@@ -88,7 +89,10 @@ def attention_maps(
     """histories (B, L) left-padded item ids (0 = padding), most recent last: the average
     attention among the last `last` positions of each input that fills them."""
     if not isinstance(model, BERT4Rec | SASRec):
-        raise TypeError(f"attention maps need a BERT4Rec or SASRec model, not {type(model)}")
+        raise ConfigError(
+            f"attention maps need a BERT4Rec or SASRec model, not {type(model).__name__} "
+            "(it has no attention)"
+        )
     if last < 1:
         raise ValueError(f"last must be >= 1, got {last}")
     bert = isinstance(model, BERT4Rec)

@@ -55,9 +55,11 @@ def loss_spec(cfg: RunConfig, n_items: int) -> LossSpec:
     bf16 = _resolved(t.bf16, "bf16") or _resolved(t.loss_bf16, "loss_bf16")
     if t.loss != "ce" and t.n_negatives < 1:
         raise ConfigError(f"train.loss = {t.loss!r} needs train.n_negatives >= 1")
-    if t.negatives_per == "sequence" and cfg.model != "sasrec":
-        raise ConfigError('train.negatives_per = "sequence" is for sasrec only')
-    task = getattr(cfg, "next_item", None)
+    task = getattr(cfg, "next_item", None)  # the next-item task's section, if the model has it
+    if t.negatives_per == "sequence" and task is None:
+        raise ConfigError(
+            f'train.negatives_per = "sequence" needs the next-item task; {cfg.model} has none'
+        )
     if t.negatives_per == "sequence" and t.loss != "ce" and task is not None and task.pack:
         raise ConfigError('next_item.pack does not combine with train.negatives_per = "sequence"')
     return LossSpec(
