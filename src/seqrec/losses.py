@@ -55,8 +55,8 @@ __all__ = [
 # (16 MB), at most CE_CHUNK_ROWS. A chunk of 512 x 3,416 floats (7 MB, ML-1M) stays in cache; the
 # whole matrix (~120 MB for a BERT4Rec batch on ML-1M) does not, and every pass over it (bias,
 # log-softmax, its backward, the zeroed gradient) then runs at page-fault speed. On Beauty
-# (54,542 items) 512 rows are 112 MB a chunk: 64 rows made the CE's forward and backward 1.9x
-# faster (docs/performance.md).
+# (54,542 items) 512 rows are 112 MB a chunk; the 76 rows picked here made the CE's forward and
+# backward 1.85x faster (benchmarks/results/ce_chunks.md).
 CE_CHUNK_ROWS = 512
 CE_CHUNK_ELEMENTS = 1 << 22
 
