@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from seqrec.data.batches import Batch
     from seqrec.data.prepared import PreparedDataset
 
-__all__ = ["ModelEntry", "Sampler", "SequenceModel"]
+__all__ = ["ModelEntry", "Sampler", "SequenceModel", "next_item_batches"]
 
 
 class SequenceModel(nn.Module, ABC):
@@ -87,3 +87,20 @@ class ModelEntry:
     batches: Callable[[RunConfig, PreparedDataset], Sampler]  # its training task
     # where its recipe differs from TrainConfig's defaults (BERT4Rec §4.3)
     train_defaults: Mapping[str, Any] = field(default_factory=dict)
+
+
+def next_item_batches(cfg: RunConfig, ds: PreparedDataset, max_len: int) -> Sampler:
+    """The shifted next-item task (SASRec §III-E) over the training sequences, windows of at most
+    `max_len` items: the training batches of any model whose config has a [next_item] section."""
+    from seqrec.data.batches import NextItemSampler
+
+    t = cfg.train
+    return NextItemSampler(
+        ds.split.train,
+        max_len=max_len,
+        cfg=cfg.next_item,
+        batch_size=t.batch_size,
+        seed=t.seed,
+        n_negatives=t.n_negatives if t.loss != "ce" else 0,
+        negatives_per=t.negatives_per,
+    )

@@ -24,9 +24,9 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from seqrec.data.batches import NextItemConfig, NextItemSampler
+from seqrec.data.batches import NextItemConfig
 from seqrec.errors import ConfigError
-from seqrec.models.base import ModelEntry, Sampler, SequenceModel
+from seqrec.models.base import ModelEntry, Sampler, SequenceModel, next_item_batches
 
 if TYPE_CHECKING:
     from seqrec.config import RunConfig
@@ -99,15 +99,7 @@ class GRU4Rec(SequenceModel):
 def _next_item_batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
     if cfg.next_item.pack:
         raise ConfigError("gru4rec: next_item.pack must be false (a GRU reads whole rows)")
-    return NextItemSampler(
-        ds.split.train,
-        max_len=cfg.gru4rec.max_len,
-        cfg=cfg.next_item,
-        batch_size=cfg.train.batch_size,
-        seed=cfg.train.seed,
-        n_negatives=cfg.train.n_negatives if cfg.train.loss != "ce" else 0,
-        negatives_per=cfg.train.negatives_per,
-    )
+    return next_item_batches(cfg, ds, cfg.gru4rec.max_len)
 
 
 # the registry entry: GRU4Rec+'s recipe where it differs from TrainConfig's (BERT4Rec's): Adagrad

@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqrec.data.batches import NextItemConfig, NextItemSampler
-from seqrec.models.base import ModelEntry, Sampler, SequenceModel
+from seqrec.data.batches import NextItemConfig
+from seqrec.models.base import ModelEntry, Sampler, SequenceModel, next_item_batches
 from seqrec.models.dropout import DropoutKind, dropout
 
 if TYPE_CHECKING:
@@ -234,15 +234,7 @@ class SASRec(SequenceModel):
 
 
 def _next_item_batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
-    return NextItemSampler(
-        ds.split.train,
-        max_len=cfg.sasrec.max_len,
-        cfg=cfg.next_item,
-        batch_size=cfg.train.batch_size,
-        seed=cfg.train.seed,
-        n_negatives=cfg.train.n_negatives if cfg.train.loss != "ce" else 0,
-        negatives_per=cfg.train.negatives_per,
-    )
+    return next_item_batches(cfg, ds, cfg.sasrec.max_len)
 
 
 # the registry entry (seqrec.registry): the architecture, its shifted next-item task (§III-E)
