@@ -137,7 +137,7 @@ def test_bert4rec_takes_the_sampled_losses_too(toy: PreparedDataset, tmp_path: P
     # BCE over the target and 2 negatives starts at 3 ln 2 = 2.08 (every logit ~0) and falls;
     # the full softmax over 40 items would start at ln 40 = 3.69
     assert 1.0 < line["loss"] < 3 * math.log(2)
-    with pytest.raises(ConfigError, match="sasrec only"):
+    with pytest.raises(ConfigError, match="needs the next-item task"):
         fit(toy, _config(loss="bce", negatives_per="sequence"), tmp_path / "b", progress=False)
     with pytest.raises(ConfigError, match="n_negatives >= 1"):
         fit(toy, _config(loss="gbce", n_negatives=0), tmp_path / "c", progress=False)
