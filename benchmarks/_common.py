@@ -161,3 +161,14 @@ def train_or_reuse(
         metrics = fit(ds, cfg, out, resume=resume, source={"data": str(src)}).metrics
     log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     return metrics, log
+
+
+def budgeted_row(spec: str) -> tuple[str, str, str, Any]:
+    """A results row given as NAME=CONFIG:BUDGET (e.g. "bert4rec=beauty-bert4rec:30m") ->
+    (name, config, budget, the config's RunConfig with that time budget)."""
+    from seqrec.config import RunConfig, load_config
+
+    name, _, rest = spec.partition("=")
+    config, _, budget = rest.partition(":")
+    cfg = load_config(RunConfig, config, [f"train.time_budget={json.dumps(budget)}"])
+    return name, config, budget, cfg

@@ -13,11 +13,9 @@ requested one), an interrupted one is resumed.
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
-from _common import paper_ml1m, runs_dir, train_or_reuse, write_results
-from seqrec.config import RunConfig, load_config
+from _common import budgeted_row, paper_ml1m, runs_dir, train_or_reuse, write_results
 from seqrec.data.prepared import prepare
 from seqrec.reference import PAPER_BASELINES_ML1M
 
@@ -40,9 +38,7 @@ def main() -> None:
     rows: dict[str, dict[str, Any]] = {}
     runs = []
     for spec in args.row or ROWS:
-        name, _, rest = spec.partition("=")
-        config, _, budget = rest.partition(":")
-        cfg = load_config(RunConfig, config, [f"train.time_budget={json.dumps(budget)}"])
+        name, config, budget, cfg = budgeted_row(spec)
         ds = prepare(src, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=False)
         out = runs_dir(args.runs_dir) / f"ml1m-{name.replace('+', '-plus')}"
         m, _ = train_or_reuse(ds, cfg, out, src)

@@ -14,11 +14,9 @@ requested one), an interrupted one is resumed.
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
-from _common import paper_beauty, runs_dir, train_or_reuse, write_results
-from seqrec.config import RunConfig, load_config
+from _common import budgeted_row, paper_beauty, runs_dir, train_or_reuse, write_results
 from seqrec.data.prepared import prepare
 from seqrec.models.baselines import Popularity
 from seqrec.reference import PAPER_ROWS_BEAUTY
@@ -45,9 +43,7 @@ def main() -> None:
     runs = []
     ds = None
     for spec in args.row or ROWS:
-        name, _, rest = spec.partition("=")
-        config, _, budget = rest.partition(":")
-        cfg = load_config(RunConfig, config, [f"train.time_budget={json.dumps(budget)}"])
+        name, config, budget, cfg = budgeted_row(spec)
         if ds is None:
             ds = prepare(src, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=False)
             pop = ds.evaluate(Popularity.fit(ds.split.train), "test", protocols=cfg.eval.protocols)

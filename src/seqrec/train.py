@@ -326,7 +326,7 @@ def _fit(
     model = ckpt.build_model(cfg, ds.n_items).to(device)
     if t.init_from and state is None:
         _warm_start(model, Path(t.init_from), cfg, ds)
-    elif state is None and hasattr(model, "init_output_bias"):  # bert4rec.out_bias_init
+    elif state is None:  # e.g. bert4rec.out_bias_init (a no-op for most models)
         counts = np.bincount(ds.split.train.items, minlength=ds.n_items + 1)[1:]
         model.init_output_bias(torch.from_numpy(counts).to(device))
     sampler = model_entry.batches(cfg, ds)
