@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from seqrec.checkpoint import load_run, read_checkpoint
+from seqrec.checkpoint import LOG, load_run, read_checkpoint
 from seqrec.config import RunConfig, TrainConfig, from_dict
 from seqrec.data.batches import Batch
 from seqrec.data.prepared import PreparedDataset, prepare_frame
@@ -20,7 +20,7 @@ from seqrec.losses import LossSpec
 from seqrec.models.baselines import Popularity
 from seqrec.models.sasrec import SASRec, SASRecConfig
 from seqrec.registry import entry
-from seqrec.train import FitResult, fit, loss_spec, train_step
+from seqrec.train import FitResult, _cpu_util, fit, loss_spec, train_step
 
 
 def _config(**train: object) -> RunConfig:
@@ -360,3 +360,13 @@ def test_a_resumed_run_keeps_its_precision_decision(
     monkeypatch.setattr(train_module, "resolve_precision", never)
     resumed = fit(toy, cfg, tmp_path / "run", resume=True, progress=False)
     assert resumed.metrics["precision"]["loss_bf16"] == first["precision"]["loss_bf16"]
+
+
+def test_cpu_use_is_recorded_per_epoch_and_time_weighted_overall(trained: FitResult) -> None:
+    lines = [json.loads(x) for x in (trained.run_dir / LOG).read_text().splitlines()]
+    assert all(0 < line["cpu_util"] <= 1.5 for line in lines)  # threads may briefly overlap I/O
+    assert trained.metrics["cpu_util"] == pytest.approx(_cpu_util(lines))
+    # time-weighted by hand: 10 s at 1.0 and 30 s at 0.5 -> (10 + 15) / 40
+    history = [{"epoch_s": 10.0, "cpu_util": 1.0}, {"epoch_s": 30.0, "cpu_util": 0.5}]
+    assert _cpu_util(history) == pytest.approx(0.625)
+    assert _cpu_util([{"epoch_s": 5.0}]) is None  # a log written before the field existed

@@ -202,6 +202,7 @@ def run_experiment(
                     "epochs": metrics["epochs"],
                     "seq_per_s": metrics["seq_per_s"],
                     "train_time_s": metrics["train_time_s"],
+                    "cpu_util": metrics.get("cpu_util"),
                     "trained_at": metrics.get("git_commit"),
                     "config": json.loads((out / "config.json").read_text()),
                     "run_dir": str(out),
@@ -231,6 +232,8 @@ def _summary(spec: ExperimentSpec, rows: list[dict[str, Any]]) -> list[dict[str,
                 "full_ndcg@10": statistics.mean(r["test"]["full"]["ndcg@10"] for r in group),
                 "seq_per_s": statistics.mean(r["seq_per_s"] for r in group),
                 "epochs": statistics.mean(r["epochs"] for r in group),
+                "train_time_s": sum(r["train_time_s"] for r in group),
+                "cpu_util": min((r["cpu_util"] for r in group if r.get("cpu_util")), default=None),
                 "paper": spec.paper.get(label),
             }
         )
@@ -245,18 +248,30 @@ def _write(spec: ExperimentSpec, rows: list[dict[str, Any]], root: Path, command
         f"Base config `{spec.base}`; budget per point: {spec.budget or 'the config own'}; "
         f"seeds {list(spec.seeds)}; {spec.metric} of the state chosen on validation.",
         "",
-        f"| point | seeds | epochs | training seq/s | {spec.metric} | test full NDCG@10 | paper |",
-        "|---|---|---|---|---|---|---|",
+        f"| point | seeds | epochs | training seq/s | CPU use | {spec.metric} "
+        "| test full NDCG@10 | paper |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for s in summary:
         std = "" if s["std"] is None else f" ± {s['std']:.4f}"
         paper = "" if s["paper"] is None else f"{s['paper']:.4f}"
+        cpu = "" if s["cpu_util"] is None else f"{s['cpu_util']:.2f}"
         lines.append(
-            f"| {s['label']} | {s['seeds']} | {s['epochs']:.0f} | {s['seq_per_s']:.0f} "
+            f"| {s['label']} | {s['seeds']} | {s['epochs']:.0f} | {s['seq_per_s']:.0f} | {cpu} "
             f"| {s['mean']:.4f}{std} | {s['full_ndcg@10']:.4f} | {paper} |"
         )
     commit = git_commit()
-    lines += ["", f"- command: `{command}`", f"- commit: `{commit}`"]
+    total = sum(r["train_time_s"] for r in rows)
+    lines += [
+        "",
+        "CPU use: the training process's CPU seconds per wall second per thread (the lowest of "
+        "a point's seeds); well below 1 means another job shared the cores and the point "
+        "trained less than its budget could buy.",
+        "",
+        f"- total training time: {total / 60:.1f} min over {len(rows)} run(s)",
+        f"- command: `{command}`",
+        f"- commit: `{commit}`",
+    ]
     payload = {
         "command": command,
         "git_commit": commit,

@@ -398,6 +398,7 @@ def _fit(
     for epoch in range(start_epoch, t.max_epochs):
         torch.manual_seed(int(np.random.SeedSequence([t.seed, epoch]).generate_state(1)[0]))
         epoch_start, loss_sum, n_batches, n_seq, lr = time.perf_counter(), 0.0, 0, 0, 0.0
+        cpu_start = time.process_time()
         out_of_time = False
         for batch in sampler.epoch(epoch):
             lr = set_lr(step, time.perf_counter() - started)
@@ -420,6 +421,7 @@ def _fit(
             if step >= total_steps:  # train.max_steps reached (mid-epoch)
                 break
         seconds = time.perf_counter() - epoch_start
+        cpu_seconds = time.process_time() - cpu_start
         if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
             bar.close()  # nothing of this epoch is kept: no checkpoint, no best state
             raise TrainingError(
@@ -434,6 +436,9 @@ def _fit(
             "sequences": n_seq,
             "seq_per_s": n_seq / max(seconds, 1e-9),
             "epoch_s": seconds,
+            # CPU seconds of this process per wall second per thread: ~1 when the run had the
+            # cores to itself, well below when another job shared them (its timing is then low)
+            "cpu_util": cpu_seconds / max(seconds * torch.get_num_threads(), 1e-9),
         }
         last = epoch == t.max_epochs - 1 or step >= total_steps
         if (epoch + 1) % t.eval_every == 0 or last or out_of_time:
@@ -514,6 +519,7 @@ def _fit(
             "wall_time_s": time.perf_counter() - started,
             "train_time_s": train_seconds,
             "seq_per_s": n_samples / max(train_seconds, 1e-9),
+            "cpu_util": _cpu_util(history),
             "seed": t.seed,
             "negative_seed": cfg.eval.negative_seed,  # the stored candidates' seed
             "precision": {**precision, "decided_in_s": precision_s},
@@ -525,6 +531,15 @@ def _fit(
     ckpt.save_weights(run_dir, ckpt.WEIGHTS, model.state_dict())
     ckpt.write_json(run_dir / ckpt.METRICS, metrics)
     return FitResult(run_dir, model, metrics)
+
+
+def _cpu_util(history: list[dict[str, Any]]) -> float | None:
+    """The epochs' CPU use per wall second per thread, time-weighted (None for old logs)."""
+    lines = [h for h in history if "cpu_util" in h]
+    seconds = sum(h["epoch_s"] for h in lines)
+    if not lines or seconds <= 0:
+        return None
+    return sum(h["cpu_util"] * h["epoch_s"] for h in lines) / seconds
 
 
 def _resolved(value: bool | str, name: str) -> bool:
