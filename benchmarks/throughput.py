@@ -54,7 +54,7 @@ def measure(cfg: RunConfig, ds: Any, steps: int, repeats: int, warmup: int) -> d
     batches), after `warmup` steps."""
     device = resolve_device(cfg.train.device)
     torch.manual_seed(cfg.train.seed)
-    model = ckpt.build_model(cfg, ds.n_items).to(device)
+    model = ckpt.build_model(cfg, ds.n_items, ds.n_users).to(device)
     model.train()
     sampler = entry(cfg.model).batches(cfg, ds)
     cfg, measured = resolve_precision(cfg, model, next(iter(sampler.epoch(0))), ds.n_items, device)

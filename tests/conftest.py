@@ -46,7 +46,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 def tiny_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A small trained run of each model on a synthetic MovieLens-format log that has a
     `movies.dat` beside it (titles "Movie <id>"); shared by the recommender, server and export
-    tests. Returns {"data": ratings.dat, "sasrec": run dir, "bert4rec": run dir}."""
+    tests. Returns {"data": ratings.dat, "sasrec": run dir, "bert4rec": run dir, "caser": ...}."""
     from seqrec.config import RunConfig, load_config
     from seqrec.data.prepared import prepare
     from seqrec.data.synthetic import synthetic_interactions
@@ -66,6 +66,7 @@ def tiny_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for model, sets in {
         "sasrec": ["sasrec.max_len=12", "sasrec.d_model=16", "sasrec.attn_dropout=0.0"],
         "bert4rec": ["bert4rec.max_len=12", "bert4rec.d_model=16", "bert4rec.attn_dropout=0.0"],
+        "caser": ["caser.max_len=12", "caser.d_model=16"],  # a model with a per-user term
     }.items():
         cfg = load_config(
             RunConfig, None, [f"model={model!r}", *sets, "train.max_epochs=3", "train.lr=5e-3"]

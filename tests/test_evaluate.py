@@ -26,7 +26,7 @@ class TableScorer:
         self.table = torch.as_tensor(table, dtype=torch.float32)
         self.keys = {tuple(histories[u].tolist()): u for u in range(histories.n_users)}
 
-    def score(self, histories: torch.Tensor) -> torch.Tensor:
+    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
         rows = [self.keys[tuple(int(i) for i in h if i != 0)] for h in histories]
         return self.table[rows]
 

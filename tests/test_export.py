@@ -25,7 +25,8 @@ def _histories(run_dir: Path) -> tuple[torch.Tensor, torch.Tensor]:
     return h, run.model.score(h)  # type: ignore[operator]
 
 
-@pytest.mark.parametrize("model", ["sasrec", "bert4rec"])
+# caser: a model with a per-user term, exported as it scores an anonymous history
+@pytest.mark.parametrize("model", ["sasrec", "bert4rec", "caser"])
 def test_onnx_top10_equals_pytorch(model: str, tiny_runs: dict[str, Path], tmp_path: Path) -> None:
     ort = pytest.importorskip("onnxruntime")
     out = tmp_path / f"{model}.onnx"

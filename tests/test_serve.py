@@ -344,3 +344,23 @@ def test_a_body_of_infinity_or_nan_is_a_422_not_a_500(server: tuple[str, Recomme
         status, out = _call(url, "/recommend", raw=raw)
         assert status == 422, (raw, status, out)
         assert all(set(e) <= {"loc", "msg", "type"} for e in out["detail"])
+
+
+def test_a_known_user_changes_a_per_user_model_and_an_unknown_one_is_anonymous(
+    tiny_runs: dict[str, Path],
+) -> None:
+    rec = Recommender.from_run(tiny_runs["caser"])
+    assert rec.dataset is not None
+    user, history = rec.dataset.user_ids[3], rec.item_ids[:5]
+    with _running(create_app(rec)) as url:
+        assert _call(url, "/model")[1]["per_user_term"] is True
+        status, mine = _call(url, "/recommend", {"history": history, "k": 4, "user": user})
+        want = rec.recommend_encoded([rec.encode(history).ids], 4, users=[3])[0]
+        assert status == 200 and mine["user_known"] is True
+        assert [r["item"] for r in mine["items"]] == [i for i, _ in want]
+        status, anon = _call(url, "/recommend", {"history": history, "k": 4, "user": "nobody"})
+        assert status == 200 and anon["user_known"] is False
+        assert [r["item"] for r in anon["items"]] == [i for i, _ in rec.recommend(history, k=4)]
+        assert [r["score"] for r in anon["items"]] != [r["score"] for r in mine["items"]]
+        _, plain = _call(url, "/recommend", {"history": history, "k": 4})
+        assert "user_known" not in plain and plain["items"] == anon["items"]

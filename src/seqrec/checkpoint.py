@@ -66,9 +66,10 @@ CONFIG, VOCAB, CHECKPOINT, WEIGHTS, METRICS, LOG, CODE_DIFF = (
 PREVIOUS, DIGESTS, LOCK = "checkpoint.prev.pt", "sha256.json", ".lock"
 
 
-def build_model(cfg: RunConfig, n_items: int) -> SequenceModel:
-    """The model `cfg.model` for `n_items` items, freshly initialised (seqrec.registry)."""
-    return entry(cfg.model).build(n_items, cfg)
+def build_model(cfg: RunConfig, n_items: int, n_users: int = 0) -> SequenceModel:
+    """The model `cfg.model` for `n_items` items (and `n_users` training users, for the models
+    with a per-user term), freshly initialised (seqrec.registry)."""
+    return entry(cfg.model).build(n_items, n_users, cfg)
 
 
 def _digests(run_dir: Path) -> dict[str, str] | None:
@@ -257,8 +258,9 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> Run:
     run_dir = Path(run_dir)
     cfg = read_config(run_dir)
     source = json.loads((run_dir / CONFIG).read_text()).get("source", {})
-    item_ids = json.loads((run_dir / VOCAB).read_text())["items"]
-    model = build_model(cfg, len(item_ids))
+    vocab = json.loads((run_dir / VOCAB).read_text())
+    item_ids = vocab["items"]
+    model = build_model(cfg, len(item_ids), int(vocab.get("n_users", 0)))
     if (run_dir / WEIGHTS).exists():
         state = _verified(run_dir, WEIGHTS)
     else:

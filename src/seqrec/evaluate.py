@@ -61,14 +61,17 @@ class Scorer(Protocol):
     """Anything that scores every item for a batch of histories.
 
     `max_len`: how many most-recent items the scorer looks at (None: all).
-    `score(histories)`: histories (B, L) int64, left-padded with 0, most recent item last
-    -> scores (B, n_items + 1) float; column 0 (padding) is ignored.
+    `score(histories, users)`: histories (B, L) int64, left-padded with 0, most recent item last,
+    and users (B,) int64, the internal index of each history's user in the training data (-1: a
+    user the scorer never saw), or None when no history has a known user -> scores
+    (B, n_items + 1) float; column 0 (padding) is ignored. Scorers without a per-user term
+    ignore `users`.
     """
 
     @property
     def max_len(self) -> int | None: ...
 
-    def score(self, histories: torch.Tensor) -> torch.Tensor: ...
+    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor: ...
 
 
 def parse_protocols(text: str | Sequence[str]) -> tuple[str, ...]:
@@ -211,7 +214,8 @@ def evaluate(
     for lo in range(0, n_eval, batch_size):
         rows = order[lo : lo + batch_size]
         inputs = torch.from_numpy(pad_histories(hist, rows, scorer.max_len)).to(device)
-        scores = scorer.score(inputs).float()  # (B, V)
+        users = torch.from_numpy(eval_set.users[rows]).to(device)
+        scores = scorer.score(inputs, users).float()  # (B, V)
         targets = torch.from_numpy(eval_set.targets[rows]).to(device)
         t_score = scores.gather(1, targets[:, None])  # (B, 1)
         # a non-finite target score ranks last: every candidate ties or beats -inf

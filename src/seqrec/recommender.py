@@ -209,13 +209,25 @@ class Recommender:
         (training, validation and test items)."""
         if self.dataset is None:
             raise ConfigError("recommend_user needs the run's prepared data, which is gone")
+        row = self.user_index(user_id)
+        if row is None:
+            raise SeqrecError(f"user {user_id!r} is not in the training data")
+        # the user's index goes with the history: models with a per-user term use it
+        return self.recommend_encoded([self.dataset.sequences[row]], k, exclude_seen, users=[row])[
+            0
+        ]
+
+    def user_index(self, user_id: Any) -> int | None:
+        """The internal index of a user of the training data (an int id also matches its string
+        form), or None: not there, or the run's prepared data is gone."""
+        if self.dataset is None:
+            return None
         if self._users is None:  # external user id -> row, built on first use
             self._users = {u: i for i, u in enumerate(self.dataset.user_ids)}
         users = self._users
-        row = users.get(user_id, users.get(str(user_id)) if not isinstance(user_id, str) else None)
-        if row is None:
-            raise SeqrecError(f"user {user_id!r} is not in the training data")
-        return self.recommend_encoded([self.dataset.sequences[row]], k, exclude_seen)[0]
+        if user_id in users:
+            return users[user_id]
+        return None if isinstance(user_id, str) else users.get(str(user_id))
 
     def recommend_encoded(
         self,
@@ -225,8 +237,13 @@ class Recommender:
         *,
         candidates: Sequence[Any] | None = None,
         progress: bool = False,
+        users: Sequence[int] | None = None,
     ) -> list[list[tuple[Any, float]]]:
-        """Top-k for histories already in internal ids."""
+        """Top-k for histories already in internal ids. `users`: each history's user index in
+        the training data (-1: unknown), for the models with a per-user term; without it every
+        history is taken as anonymous (those models then leave their user term out)."""
+        if users is not None and len(users) != len(histories):
+            raise ValueError(f"{len(users)} users for {len(histories)} histories")
         if not 1 <= k <= self.n_items:
             raise ValueError(f"k must be in 1..{self.n_items} (the catalogue), got {k}")
         allowed = None
@@ -240,7 +257,8 @@ class Recommender:
         for lo in range(0, len(histories), self.batch_size):
             rows = order[lo : lo + self.batch_size]
             items, starts, ends = _csr([histories[r] for r in rows])
-            scores = self._scores(items, starts, ends)  # (B, n + 1)
+            user_rows = None if users is None else np.asarray(users, dtype=np.int64)[rows]
+            scores = self._scores(items, starts, ends, user_rows)  # (B, n + 1)
             if exclude_seen:  # every item of the whole history, not only the last max_len
                 seen = left_pad(items, starts, ends, max(1, int((ends - starts).max())))
                 scores.scatter_(1, torch.from_numpy(seen).to(self.device), -torch.inf)
@@ -264,14 +282,21 @@ class Recommender:
         get the training popularity counts."""
         return self._scores(*_csr(histories))
 
-    def _scores(self, items: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> torch.Tensor:
+    def _scores(
+        self,
+        items: np.ndarray,
+        starts: np.ndarray,
+        ends: np.ndarray,
+        users: np.ndarray | None = None,
+    ) -> torch.Tensor:
         lengths = ends - starts
         longest = int(lengths.max(initial=0))
         width = max(1, min(longest, self.max_len or longest))
         batch = left_pad(items, starts, ends, width)  # (B, L): the most recent max_len items
         inputs = torch.from_numpy(batch).to(self.device)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            scores = self.model.score(inputs).float()
+            user_t = None if users is None else torch.from_numpy(users).to(self.device)
+            scores = self.model.score(inputs, user_t).float()
         empty = torch.from_numpy(lengths == 0).to(self.device)
         if bool(empty.any()):
             pop = torch.from_numpy(self.popularity).to(self.device)
@@ -298,6 +323,8 @@ class Recommender:
             "dataset": m.get("dataset"),
             "n_items": self.n_items,
             "max_len": self.max_len,
+            # whether a known user's id changes the answer (BPR-MF, FPMC, Caser: a per-user term)
+            "per_user_term": bool(getattr(self.model, "uses_users", False)),
             "metrics": {"test": m.get("test"), "valid": m.get("valid")},
             "best_epoch": m.get("best_epoch"),
             "git_commit": m.get("git_commit"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 __all__ = [
     "PAPER_BASELINES_ML1M",
+    "PAPER_BASELINES_ML1M_UNI100",
     "PAPER_ROWS",
     "PAPER_ROWS_BEAUTY",
     "PUBLISHED",
@@ -75,6 +76,20 @@ PAPER_BASELINES_ML1M: dict[str, tuple[str, dict[str, float]]] = {
         ("gru4rec", "GRU4Rec", (0.1583, 0.4673, 0.6207, 0.3196, 0.3627, 0.3041)),
         ("gru4rec+", "GRU4Rec+", (0.2092, 0.5103, 0.6351, 0.3705, 0.4064, 0.3462)),
         ("caser", "Caser", (0.2194, 0.5353, 0.6692, 0.3832, 0.4268, 0.3648)),
+    )
+}
+
+# SASRec Table III, ML-1M, the baselines: model -> (source, {metric: value}), all under uni100.
+PAPER_BASELINES_ML1M_UNI100: dict[str, tuple[str, dict[str, float]]] = {
+    model: (f"SASRec Table III, {label}, ML-1M", {"hr@10": hr, "ndcg@10": ndcg})
+    for model, label, hr, ndcg in (
+        ("bpr-mf", "BPR", 0.5781, 0.3287),
+        ("fmc", "FMC", 0.6986, 0.4676),
+        ("fpmc", "FPMC", 0.7599, 0.5176),
+        ("transrec", "TransRec", 0.6413, 0.3969),
+        ("gru4rec", "GRU4Rec", 0.5581, 0.3381),
+        ("gru4rec+", "GRU4Rec+", 0.7501, 0.5513),
+        ("caser", "Caser", 0.7886, 0.5538),
     )
 }
 

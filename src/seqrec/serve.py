@@ -158,6 +158,12 @@ def create_app(
         k: int = pydantic.Field(10, ge=1, le=n_items, description=f"1..{n_items}")
         exclude_seen: bool = True
         candidates: list[Item] | None = None
+        user: Item | None = pydantic.Field(
+            None,
+            description="the user's id in the training data, for models with a per-user term "
+            "(BPR-MF, FPMC, Caser); an id not there, or none, is an anonymous history (the user "
+            "term is left out)",
+        )
 
     class BatchRequest(pydantic.BaseModel):
         model_config = pydantic.ConfigDict(extra="forbid")
@@ -233,13 +239,21 @@ def create_app(
     def recommend(req: RecommendRequest) -> dict[str, Any]:
         check_length(req.history)
         enc = encode(req.history)
+        row = None if req.user is None else rec.user_index(req.user)
         try:
             (recs,) = rec.recommend_encoded(
-                [enc.ids], req.k, req.exclude_seen, candidates=req.candidates
+                [enc.ids],
+                req.k,
+                req.exclude_seen,
+                candidates=req.candidates,
+                users=None if row is None else [row],
             )
         except UnknownItemsError as e:  # among the candidates
             raise fastapi.HTTPException(422, f"candidates: {e}") from None
-        return {"items": items(recs), "dropped": enc.unknown}
+        out: dict[str, Any] = {"items": items(recs), "dropped": enc.unknown}
+        if req.user is not None:
+            out["user_known"] = row is not None
+        return out
 
     @app.post("/recommend/batch")
     def recommend_batch(req: BatchRequest) -> dict[str, Any]:

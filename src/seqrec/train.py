@@ -123,7 +123,7 @@ def train_step(
             batch.positions,
             batch.targets,
             batch.negatives,
-            batch.model_inputs(),
+            batch.model_inputs(users=model.uses_users),
         )
     if batch.loss_scale != 1.0:
         loss = loss * batch.loss_scale
@@ -238,9 +238,9 @@ class ModelScorer:
         self.model, self.bf16, self.device = model, bf16, device
         self.max_len: int | None = model.max_len
 
-    def score(self, histories: torch.Tensor) -> torch.Tensor:
+    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            return self.model.score(histories).float()
+            return self.model.score(histories, users).float()
 
 
 @dataclass
@@ -315,7 +315,10 @@ def _fit(
         train_items = ds.split.train.items
         popularity = np.bincount(train_items, minlength=ds.n_items + 1).tolist()
         # the training popularity: the ranking a recommender gives an empty history
-        ckpt.write_json(run_dir / ckpt.VOCAB, {"items": ds.item_ids, "popularity": popularity})
+        ckpt.write_json(
+            run_dir / ckpt.VOCAB,
+            {"items": ds.item_ids, "popularity": popularity, "n_users": ds.n_users},
+        )
         diff = git_diff()
         if diff:  # the run's numbers stay traceable to its uncommitted code
             atomic_write(run_dir / ckpt.CODE_DIFF, lambda f: f.write(diff.encode()))
@@ -323,7 +326,7 @@ def _fit(
         raise ConfigError(f"{run_dir}: the run was trained on another dataset's items")
 
     torch.manual_seed(t.seed)  # initial weights
-    model = ckpt.build_model(cfg, ds.n_items).to(device)
+    model = ckpt.build_model(cfg, ds.n_items, ds.n_users).to(device)
     if t.init_from and state is None:
         _warm_start(model, Path(t.init_from), cfg, ds)
     elif state is None:  # e.g. bert4rec.out_bias_init (a no-op for most models)

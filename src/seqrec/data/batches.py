@@ -115,17 +115,27 @@ class Batch:
     segments: torch.Tensor | None = None
     position_ids: torch.Tensor | None = None
     n_sequences: int = 0  # sequences in a packed batch (its rows otherwise)
+    # (B,) int64 internal user index of each row (next-item rows, unpacked), for the models with
+    # a per-user term (SequenceModel.uses_users)
+    users: torch.Tensor | None = None
 
     @property
     def size(self) -> int:
         """Training sequences in the batch (a packed row may hold several)."""
         return self.n_sequences or int(self.inputs.shape[0])
 
-    def model_inputs(self) -> dict[str, torch.Tensor]:
-        """The keyword arguments the model takes besides `inputs` (a packed layout, if any)."""
-        if self.segments is None or self.position_ids is None:
-            return {}
-        return {"segments": self.segments, "position_ids": self.position_ids}
+    def model_inputs(self, users: bool = False) -> dict[str, torch.Tensor]:
+        """The keyword arguments the model takes besides `inputs`: a packed layout, if any, and
+        the rows' users when `users` (a model that `uses_users`; a ValueError if the batch has
+        none)."""
+        out = {}
+        if self.segments is not None and self.position_ids is not None:
+            out = {"segments": self.segments, "position_ids": self.position_ids}
+        if users:
+            if self.users is None:
+                raise ValueError("the model reads each row's user; this batch has none")
+            out["users"] = self.users
+        return out
 
     def to(self, device: torch.device | str) -> Batch:
         def move(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -140,6 +150,7 @@ class Batch:
             move(self.segments),
             move(self.position_ids),
             self.n_sequences,
+            move(self.users),
         )
 
 
@@ -405,6 +416,7 @@ class NextItemSampler:
         row, start, end = sliding_windows(lengths[keep] - 1, max_len, cfg.sliding_step)
         base = train.offsets[keep[row]]
         self.win_start, self.win_end = base + start, base + end  # inputs; targets one later
+        self.win_user = keep[row]  # the internal user index of each window
         self.user_start = train.offsets[keep[row]]  # the whole sequence, for the negatives
         self.user_end = train.offsets[keep[row] + 1]
         # target positions per batch, on average over an epoch (loss_norm = "epoch")
@@ -455,6 +467,7 @@ class NextItemSampler:
             segments=torch.from_numpy(segments) if packed else None,
             position_ids=torch.from_numpy(position_ids) if packed else None,
             n_sequences=len(window),
+            users=None if packed else torch.from_numpy(self.win_user[window]),
         )
 
     def _packed(self, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, ...]:

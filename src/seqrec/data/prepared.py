@@ -87,6 +87,11 @@ class PreparedDataset:
     def n_items(self) -> int:
         return self.sequences.n_items
 
+    @property
+    def n_users(self) -> int:
+        """Users of the data (internal indices 0..n_users-1, the rows of `sequences`)."""
+        return self.sequences.n_users
+
     @cached_property
     def split(self) -> LeaveOneOut:
         return leave_one_out(self.sequences)

@@ -18,7 +18,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 from torch import nn
@@ -35,6 +35,10 @@ class SequenceModel(nn.Module, ABC):
     """A trainable next-item model over items 1..n_items (0 = padding)."""
 
     n_items: int
+    # True for models with a per-user term (BPR-MF, FPMC, Caser): `forward` and `user_vector`
+    # then take `users`, (B,) internal user indices of the training data, where -1 (or `users`
+    # None) is a history of a user the model never saw: its user term is left out (zero).
+    uses_users: ClassVar[bool] = False
 
     @property
     @abstractmethod
@@ -50,17 +54,20 @@ class SequenceModel(nn.Module, ABC):
         """The output layer: (n_items, D) weights of items 1..n and an (n_items,) bias or None."""
 
     @abstractmethod
-    def user_vector(self, histories: torch.Tensor) -> torch.Tensor:
-        """(B, L) left-padded histories -> (B, D) features that score the next item."""
+    def user_vector(
+        self, histories: torch.Tensor, users: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """(B, L) left-padded histories -> (B, D) features that score the next item; `users`
+        (B,) is read only by models that `uses_users`."""
 
     def init_output_bias(self, popularity: torch.Tensor) -> None:  # noqa: B027 (optional hook)
         """Called once before training with the (n_items,) training counts; no-op by default."""
 
     @torch.no_grad()
-    def score(self, histories: torch.Tensor) -> torch.Tensor:
+    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
         """The `Scorer` interface: (B, L) histories -> (B, n_items + 1); column 0 is -inf."""
         weight, bias = self.output_weights()
-        scores = self.output_features(self.user_vector(histories)) @ weight.T
+        scores = self.output_features(self.user_vector(histories, users)) @ weight.T
         if bias is not None:
             scores = scores + bias
         pad = torch.full_like(scores[:, :1], -math.inf)
@@ -83,7 +90,9 @@ class ModelEntry:
     # the model's own config sections, in TOML order: section name -> frozen dataclass; a run's
     # config holds these and no other model's (`RunConfig.sections`)
     sections: Mapping[str, type]
-    build: Callable[[int, RunConfig], SequenceModel]  # (n_items, run config) -> model
+    # (n_items, n_users, run config) -> model; n_users: the training data's users (for the
+    # models with a per-user term; the others ignore it)
+    build: Callable[[int, int, RunConfig], SequenceModel]
     batches: Callable[[RunConfig, PreparedDataset], Sampler]  # its training task
     # where its recipe differs from TrainConfig's defaults (BERT4Rec §4.3)
     train_defaults: Mapping[str, Any] = field(default_factory=dict)

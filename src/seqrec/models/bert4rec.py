@@ -246,7 +246,9 @@ class BERT4Rec(SequenceModel):
         weight, bias = self.output_weights()
         return self.output_features(hidden) @ weight.T + bias
 
-    def user_vector(self, histories: torch.Tensor) -> torch.Tensor:
+    def user_vector(
+        self, histories: torch.Tensor, users: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """histories (B, L) left-padded -> (B, D): the hidden state of an appended [MASK] (§3.6)."""
         B = histories.shape[0]
         mask = torch.full((B, 1), self.mask_id, dtype=histories.dtype, device=histories.device)
@@ -270,6 +272,6 @@ def _cloze_batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
 ENTRY = ModelEntry(
     name="bert4rec",
     sections={"bert4rec": BERT4RecConfig, "cloze": ClozeConfig},
-    build=lambda n_items, cfg: BERT4Rec(n_items, cfg.bert4rec),
+    build=lambda n_items, n_users, cfg: BERT4Rec(n_items, cfg.bert4rec),
     batches=_cloze_batches,
 )

@@ -91,7 +91,9 @@ class GRU4Rec(SequenceModel):
     def output_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.out_emb.weight[1:], self.out_bias
 
-    def user_vector(self, histories: torch.Tensor) -> torch.Tensor:
+    def user_vector(
+        self, histories: torch.Tensor, users: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The GRU's state after the last item of each history, (B, H)."""
         return self.forward(histories[:, -self.max_len :])[:, -1]
 
@@ -108,7 +110,7 @@ def _next_item_batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
 ENTRY = ModelEntry(
     name="gru4rec",
     sections={"gru4rec": GRU4RecConfig, "next_item": NextItemConfig},
-    build=lambda n_items, cfg: GRU4Rec(n_items, cfg.gru4rec),
+    build=lambda n_items, n_users, cfg: GRU4Rec(n_items, cfg.gru4rec),
     batches=_next_item_batches,
     train_defaults={
         "lr": 1e-3,

@@ -228,7 +228,9 @@ class SASRec(SequenceModel):
             return self.out_emb.weight[1:], None
         return self.item_embeddings(), None
 
-    def user_vector(self, histories: torch.Tensor) -> torch.Tensor:
+    def user_vector(
+        self, histories: torch.Tensor, users: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """histories (B, L) left-padded -> (B, D): F at the last position (§III-D)."""
         return self.forward(histories[:, -self.max_len :], last_only=True)[:, -1]
 
@@ -244,7 +246,7 @@ def _next_item_batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
 ENTRY = ModelEntry(
     name="sasrec",
     sections={"sasrec": SASRecConfig, "next_item": NextItemConfig},
-    build=lambda n_items, cfg: SASRec(n_items, cfg.sasrec),
+    build=lambda n_items, n_users, cfg: SASRec(n_items, cfg.sasrec),
     batches=_next_item_batches,
     train_defaults={
         "lr": 1e-3,

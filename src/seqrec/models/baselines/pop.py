@@ -26,6 +26,6 @@ class Popularity:
     def fit(cls, train: Sequences) -> Popularity:
         return cls(np.bincount(train.items, minlength=train.n_items + 1))
 
-    def score(self, histories: torch.Tensor) -> torch.Tensor:
+    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
         counts = self.counts.to(histories.device)
         return counts.expand(histories.shape[0], -1)  # (B, V)

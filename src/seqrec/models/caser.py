@@ -1,0 +1,133 @@
+"""Caser (Tang & Wang, WSDM 2018): convolutions over the embeddings of the last L items plus a user
+embedding, a baseline of BERT4Rec Table 2 and SASRec Table III.
+
+The L most recent items' embeddings form an L x d "image". Horizontal filters of every height
+h = 1..L (n_h of each, width d) slide over it and are max-pooled over time; n_v vertical filters
+(L x 1) take weighted sums of its rows. Their outputs, after dropout, go through a fully
+connected layer to z (d); the next item i scores <W'_i, [z; P_u]> + b'_i (Caser §3).
+
+Training: the shifted next-item task (`NextItemSampler`): every position t of a user's training
+sequence predicts s_{t+1} from the L items up to s_t (fewer at the start: zero-padded, as in the
+original code), with the `bce` loss over `train.n_negatives` uniform negatives (the original
+code: 3). DEVIATION: one target per window (Caser's T = 1) instead of its T = 3 following items.
+A history of a user the model never saw has no P_u: its user term is left out (zero).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from seqrec.data.batches import NextItemConfig
+from seqrec.errors import ConfigError
+from seqrec.models.base import ModelEntry, Sampler, SequenceModel, next_item_batches
+from seqrec.models.bprmf import user_rows
+
+if TYPE_CHECKING:
+    from seqrec.config import RunConfig
+    from seqrec.data.prepared import PreparedDataset
+
+__all__ = ["ENTRY", "Caser", "CaserConfig"]
+
+
+@dataclass(frozen=True)
+class CaserConfig:
+    """Caser §4 (ML-1M): L = 5, d = 50, n_v = 4, n_h = 16, dropout 0.5."""
+
+    window: int = 5  # L: the most recent items each prediction reads
+    d_model: int = 50  # d
+    n_v: int = 4  # vertical filters
+    n_h: int = 16  # horizontal filters of each height 1..L
+    dropout: float = 0.5
+    max_len: int = 200  # items per training window (each position reads its last `window`)
+
+
+class Caser(SequenceModel):
+    uses_users = True
+
+    def __init__(self, n_items: int, n_users: int, cfg: CaserConfig | None = None) -> None:
+        super().__init__()
+        self.cfg = cfg = cfg or CaserConfig()
+        if cfg.window < 1:
+            raise ConfigError(f"caser.window must be >= 1, got {cfg.window}")
+        self.n_items, self.n_users = n_items, n_users
+        L, d = cfg.window, cfg.d_model
+        self.item_emb = nn.Embedding(n_items + 1, d, padding_idx=0)
+        self.user_emb = nn.Embedding(n_users + 1, d, padding_idx=0)  # row 0: unknown user
+        self.conv_v = nn.Conv2d(1, cfg.n_v, (L, 1))
+        self.conv_h = nn.ModuleList(nn.Conv2d(1, cfg.n_h, (h, d)) for h in range(1, L + 1))
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.fc = nn.Linear(cfg.n_v * d + cfg.n_h * L, d)
+        self.out_emb = nn.Embedding(n_items + 1, 2 * d, padding_idx=0)  # W'
+        self.out_bias = nn.Parameter(torch.zeros(n_items))  # b'
+        for emb, std in ((self.item_emb, 1 / d), (self.user_emb, 1 / d), (self.out_emb, 1 / d)):
+            nn.init.normal_(emb.weight, std=std)  # original code: N(0, 1/d)
+            with torch.no_grad():
+                emb.weight[0].zero_()
+
+    @property
+    def max_len(self) -> int:
+        return self.cfg.window
+
+    def _windows(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """(B, T) left-padded -> (B, T, L): at each position the L items ending there."""
+        L = self.cfg.window
+        padded = F.pad(input_ids, (L - 1, 0))  # zeros before the first item
+        return padded.unfold(1, L, 1)
+
+    def forward(
+        self, input_ids: torch.Tensor, users: torch.Tensor | None = None, **layout: torch.Tensor
+    ) -> torch.Tensor:
+        """(B, T) -> (B, T, 2d): [z_t; P_u] at every position t."""
+        if layout:
+            raise ValueError("Caser reads whole rows: next_item.pack must be false")
+        B, T = input_ids.shape
+        d = self.cfg.d_model
+        img = self.item_emb(self._windows(input_ids)).reshape(B * T, 1, self.cfg.window, d)
+        out_v = self.conv_v(img).reshape(B * T, -1)  # (BT, n_v * d)
+        out_h = [F.relu(conv(img)).squeeze(3).amax(dim=2) for conv in self.conv_h]
+        z = F.relu(self.fc(self.dropout(torch.cat([out_v, *out_h], dim=1))))  # (BT, d)
+        p = self.user_emb(user_rows(users, self.n_users, input_ids))  # (B, d)
+        return torch.cat([z.reshape(B, T, d), p[:, None, :].expand(B, T, d)], dim=-1)
+
+    def output_features(self, hidden: torch.Tensor) -> torch.Tensor:
+        return hidden
+
+    def output_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.out_emb.weight[1:], self.out_bias
+
+    def user_vector(
+        self, histories: torch.Tensor, users: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return self.forward(histories[:, -self.cfg.window :], users)[:, -1]
+
+
+def _batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
+    if cfg.next_item.pack:
+        raise ConfigError("caser: next_item.pack must be false (each row is one user's)")
+    return next_item_batches(cfg, ds, cfg.caser.max_len)
+
+
+# the original code's recipe: Adam, lr 1e-3, ℓ2 1e-6 (here decoupled weight decay), BCE with 3
+# negatives per target
+ENTRY = ModelEntry(
+    name="caser",
+    sections={"caser": CaserConfig, "next_item": NextItemConfig},
+    build=lambda n_items, n_users, cfg: Caser(n_items, n_users, cfg.caser),
+    batches=_batches,
+    train_defaults={
+        "lr": 1e-3,
+        "eps": 1e-8,
+        "weight_decay": 1e-6,
+        "warmup_steps": 0,
+        "decay": "none",
+        "clip_norm": 0.0,
+        "batch_size": 128,
+        "loss": "bce",
+        "n_negatives": 3,
+    },
+)
