@@ -24,6 +24,7 @@ ROWS = (
     "bpr-mf=ml-1m-bpr-mf:5m",
     "fmc=ml-1m-fmc:5m",
     "fpmc=ml-1m-fpmc:5m",
+    "transrec=ml-1m-transrec:5m",
     "gru4rec-top1=ml-1m-gru4rec-top1:10m",
     "gru4rec=ml-1m-gru4rec:10m",
     "gru4rec+=ml-1m-gru4rec-plus:10m",

@@ -21,6 +21,7 @@ from seqrec.models.baselines import Popularity
 from seqrec.models.bprmf import BPRMF, BPRMFConfig
 from seqrec.models.caser import Caser, CaserConfig
 from seqrec.models.fpmc import FPMC, FPMCConfig
+from seqrec.models.transrec import TransRec, TransRecConfig
 from seqrec.recommender import Recommender
 from seqrec.train import fit
 
@@ -67,6 +68,27 @@ def test_fpmc_is_the_mf_term_plus_the_chain_from_the_last_item_and_fmc_the_chain
     hid = m(h, users=torch.tensor([1, 0]))
     assert hid.shape == (2, 3, 6)
     assert torch.equal(hid[0, 1, 3:], prev[2]) and torch.equal(hid[1, 0, :3], u[1])
+
+
+def test_transrec_ranks_by_bias_minus_the_squared_distance_from_the_translated_point() -> None:
+    torch.manual_seed(0)
+    m = TransRec(5, 3, TransRecConfig(d_model=4, init_std=1.0)).eval().requires_grad_(False)
+    with torch.no_grad():
+        m.user_emb.weight[1:].normal_()  # row 0, the unknown user, stays 0
+        m.translation.normal_()
+        m.item_bias.normal_()
+    g = m.points()
+    assert (g.norm(dim=1) <= 1 + 1e-6).all()  # inside the unit ball
+    assert float(m.item_emb.weight[1:].norm(dim=1).max()) > 1  # (the raw ones are not)
+    h = torch.tensor([[0, 1, 4], [2, 3, 2]])
+    s = m.score(h, torch.tensor([1, -1]))
+    for b, (last, t_u) in enumerate([(4, m.user_emb.weight[2]), (2, torch.zeros(4))]):
+        a = g[last] + m.translation + t_u
+        want = torch.stack([m.item_bias[i - 1] - ((a - g[i]) ** 2).sum() for i in range(1, 6)])
+        # TransRec's scores up to one constant per row (‖a‖²): the same differences
+        diff = s[b, 1:] - want
+        assert torch.allclose(diff, diff[0].expand_as(diff), atol=1e-5)
+        assert float(diff[0]) == pytest.approx(float((a * a).sum()), abs=1e-5)
 
 
 def _caser() -> Caser:
@@ -143,6 +165,7 @@ def _config(model: str, *more: str) -> RunConfig:
         ("bpr-mf", ["bpr_mf.d_model=16", "train.n_negatives=4"], 0.15),
         ("fpmc", ["fpmc.d_model=16", "train.n_negatives=4"], 0.3),
         ("caser", ["caser.d_model=16", "caser.dropout=0.1"], 0.3),
+        ("transrec", ["transrec.d_model=16", "train.n_negatives=4"], 0.3),
     ],
 )
 def test_learns_the_toy_pattern_above_pop(
@@ -179,7 +202,7 @@ def test_learns_the_toy_pattern_above_pop(
 def test_user_models_refuse_packed_rows_and_have_their_own_sections(
     toy: PreparedDataset, tmp_path: Path
 ) -> None:
-    for model in ("bpr-mf", "fpmc", "caser"):
+    for model in ("bpr-mf", "fpmc", "caser", "transrec"):
         cfg = _config(model, "next_item.pack=true")
         with pytest.raises(ConfigError, match="next_item.pack must be false"):
             fit(toy, cfg, tmp_path / model, progress=False)
