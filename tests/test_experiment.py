@@ -70,6 +70,11 @@ def test_a_sweep_trains_each_point_once_and_writes_results_after_each(
         ("values = [8]\n", "points must be a list"),
         ('axis = "sasrec.d_model"\nvalues = []\n', "no points"),
         ('axis = "sasrec.d_model"\nvalues = [8, 8]\n', "point labels must differ"),
+        ('[[points]]\nlabel = "a+"\n[[points]]\nlabel = "a-plus"\n', "as directory names"),
+        ('axis = "sasrec.d_model"\nvalues = [8]\ncolumns = ["hr"]\n', "columns must be a list"),
+        ('axis = "sasrec.d_model"\nvalues = [8]\npaper_table = "x"\n', "no paper table 'x'"),
+        ('axis = "sasrec.d_model"\nvalues = [8]\nplot = "pie"\n', "plot must be"),
+        ('[[points]]\nlabel = "a"\nbudget = 5\n', "points[0].budget must be"),
         ('axis = "sasrec.nope"\nvalues = [8]\n', "point '8'"),
         ('axis = "sasrec.d_model"\nvalues = [8]\nseeds = []\n', "seeds must be"),
         ('axis = "sasrec.d_model"\nvalues = [8]\nmetric = "ndcg"\n', "metric must look like"),
@@ -94,14 +99,14 @@ def test_the_shipped_specs_load_and_list_their_points(capsys: pytest.CaptureFixt
     assert table3.config(table3.points[1], 0).cloze.max_predictions == 1
     table4 = load_spec("table4-ml1m")
     assert [p.label for p in table4.points] == ["10", "50", "100", "200", "400"]
-    assert table4.paper["200"] == 0.4759 and table4.budget == "5m"
+    assert table4.paper_value("200", table4.metric) == 0.4759 and table4.budget == "5m"
     assert table4.config(table4.points[0], 0).bert4rec.max_len == 10
     fig4 = load_spec("fig4-ml1m")
     assert fig4.config(fig4.points[-1], 0).cloze.mask_prob == 0.9
     # Beauty: the paper's N grid and Table 4 row, its SASRec (n = 50, dropout 0.5) at d = 256
     beauty4 = load_spec("table4-beauty")
     assert [p.label for p in beauty4.points] == ["10", "20", "30", "40", "50"]
-    assert beauty4.paper["20"] == 0.1875
+    assert beauty4.paper_value("20", beauty4.metric) == 0.1875
     sasrec = load_spec("table3-beauty").config(load_spec("table3-beauty").points[0], 0)
     assert (sasrec.model, sasrec.sasrec.d_model, sasrec.sasrec.max_len) == ("sasrec", 256, 50)
     assert (
@@ -114,3 +119,62 @@ def test_the_shipped_specs_load_and_list_their_points(capsys: pytest.CaptureFixt
         "h = 8 seed 0: bert4rec.n_heads=8" in out
         and "recipe (no dropout) seed 0: (the base)" in out
     )
+
+
+def test_points_with_their_own_budgets_extra_columns_and_the_papers_table(
+    tiny_runs: dict[str, Path], tmp_path: Path
+) -> None:
+    spec_path = _spec(
+        tmp_path,
+        'metric = "test.pop100.ndcg@10"\ncolumns = ["test.pop100.hr@10", "test.full.mrr"]\n'
+        'plot = "bar"\nbudget = "1h"\n'
+        '[[points]]\nlabel = "a+"\nset = ["sasrec.d_model=8"]\nbudget = "0.001s"\n'
+        '[[points]]\nlabel = "b"\n'
+        '[paper]\n"a+" = 0.25\n',
+    )
+    spec = load_spec(spec_path)
+    assert [spec.config(p, 0).train.time_budget for p in spec.points] == ["0.001s", "1h"]
+    two = spec.with_budget("2m")
+    assert [two.config(p, 0).train.time_budget for p in two.points] == ["2m", "2m"]
+    runs = tmp_path / "runs"
+    path = run_experiment(spec, str(tiny_runs["data"]), runs, progress=False)
+    result = json.loads(path.read_text())
+    assert (runs / "sweep" / "a-plus-s0").is_dir()  # "+" spelled out, not dropped
+    a = result["runs"][0]
+    metrics = json.loads((Path(a["run_dir"]) / "metrics.json").read_text())
+    assert metrics["stopped"] == "time_budget" and metrics["epochs"] == 1
+    assert a["columns"] == {
+        "test.pop100.hr@10": metrics["test"]["pop100"]["hr@10"],
+        "test.full.mrr": metrics["test"]["full"]["mrr"],
+    }
+    summary = result["summary"][0]
+    assert summary["paper"] == 0.25 and summary["columns"]["test.full.mrr"]["paper"] is None
+    md = path.with_suffix(".md").read_text()
+    assert "| test.pop100.hr@10 (paper) | test.full.mrr (paper) |" in md
+    assert f"{metrics['test']['pop100']['hr@10']:.4f}" in md.splitlines()[6]
+    assert path.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_reproduce_lists_a_papers_rows_with_its_numbers_beside(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    table2 = load_spec("bert4rec-table2")
+    labels = [p.label for p in table2.points]
+    assert labels == ["bpr-mf", "fpmc", "gru4rec", "gru4rec+", "caser", "sasrec", "bert4rec"]
+    assert [table2.config(p, 0).model for p in table2.points][:2] == ["bpr-mf", "fpmc"]
+    # the paper's numbers come from seqrec.reference: BERT4Rec Table 2 (pop100)
+    assert table2.paper_value("bpr-mf", "test.pop100.ndcg@10") == 0.2365
+    assert table2.paper_value("bert4rec", "test.pop100.hr@10") == 0.6970
+    assert table2.paper_value("caser", "test.pop100.mrr") == 0.3648
+    table3 = load_spec("sasrec-table3")  # SASRec Table III (uni100)
+    assert table3.paper_value("transrec", "test.uni100.ndcg@10") == 0.3969
+    assert table3.paper_value("sasrec", "test.uni100.hr@10") == 0.8245
+    assert table3.config(table3.points[1], 0).fpmc.user_term is False  # FMC
+    assert main(["reproduce", "sasrec-table3", "--data", "ml-1m", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "fmc seed 0: (the base) [ml-1m-fmc, 5m]" in out
+    assert "sasrec seed 0: (the base) [ml-1m-sasrec, 15m]" in out
+    args = ["reproduce", "bert4rec-table2", "--data", "x", "--dry-run", "--time-budget", "1m"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert out.count("1m]") == 7 and "gru4rec+ seed 0: (the base) [ml-1m-gru4rec-plus, 1m]" in out

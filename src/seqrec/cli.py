@@ -432,15 +432,26 @@ def cmd_attention(args: argparse.Namespace) -> int:
     return 0
 
 
+REPRODUCIBLE = ("bert4rec-table2", "sasrec-table3")  # `seqrec reproduce` names: shipped specs
+
+
 def cmd_experiment(args: argparse.Namespace) -> int:
-    """A declarative sweep (seqrec.experiment): each point a run dir, results after each."""
+    """A declarative sweep (seqrec.experiment): each point a run dir, results after each.
+    `reproduce` is the same with a paper's table as the spec (and an optional budget per row)."""
     from seqrec.experiment import load_spec, run_experiment
 
     spec = load_spec(args.spec)
+    if getattr(args, "time_budget", None):
+        spec = spec.with_budget(args.time_budget)
     if args.dry_run:
         for point in spec.points:
             for seed in spec.seeds:
-                print(f"{point.label} seed {seed}: {' '.join(point.overrides) or '(the base)'}")
+                cfg = spec.config(point, seed)
+                budget = cfg.train.time_budget or "the config's own stopping rule"
+                print(
+                    f"{point.label} seed {seed}: {' '.join(point.overrides) or '(the base)'} "
+                    f"[{point.base or spec.base}, {budget}]"
+                )
         return 0
     runs = Path(args.runs_dir) if args.runs_dir else download.cache_dir() / "runs"
     command = "seqrec " + " ".join(sys.argv[1:]) if sys.argv else ""
@@ -628,6 +639,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, help="a dataset name or file path")
     p.add_argument("--runs-dir", help="where the points' runs go (default: $SEQREC_HOME/runs)")
     p.add_argument("--dry-run", action="store_true", help="list the points, train nothing")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_experiment)
+
+    p = sub.add_parser(
+        "reproduce",
+        help="train (or reuse) every row of a paper's table and print it beside the paper's",
+    )
+    p.add_argument("spec", choices=REPRODUCIBLE, metavar="TABLE", help=", ".join(REPRODUCIBLE))
+    p.add_argument("--data", required=True, help="a dataset name or file path (ML-1M)")
+    p.add_argument("--time-budget", help="one budget for every row (default: each row's own)")
+    p.add_argument("--runs-dir", help="where the rows' runs go (default: $SEQREC_HOME/runs)")
+    p.add_argument("--dry-run", action="store_true", help="list the rows, train nothing")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_experiment)
 

@@ -14,14 +14,18 @@ A spec (TOML; a path or a shipped name from `seqrec/experiments/`):
     axis = "bert4rec.max_len"        # either an axis and its values ...
     values = [10, 50, 100, 200, 400]
     # [[points]]                     # ... or labelled points, each with its overrides
-    # label = "1 mask"               # and, optionally, its own base config
+    # label = "1 mask"               # and, optionally, its own base config and budget
     # set = ["cloze.max_predictions=1"]
+    # columns = ["test.pop100.hr@10"]  # optional: more metrics in the table
+    # paper_table = "bert4rec-table2-ml1m"   # optional: the paper's rows from seqrec.reference
+    # plot = "bar"                   # optional: bars (default: a line over the points)
     [paper]                          # optional: the paper's value of `metric`, by label
     "10" = 0.4631
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import statistics
@@ -36,11 +40,26 @@ from seqrec.config import RunConfig, config_diff, load_config
 from seqrec.data.prepared import prepare
 from seqrec.errors import ConfigError
 from seqrec.provenance import atomic_write, git_commit, machine, write_json
+from seqrec.reference import paper_table
 
 __all__ = ["SPEC_DIR", "ExperimentSpec", "Point", "load_spec", "run_experiment", "spec_names"]
 
 SPEC_DIR = Path(__file__).parent / "experiments"  # the shipped specs
-_KEYS = {"title", "base", "budget", "seeds", "metric", "axis", "values", "points", "paper"}
+_KEYS = {
+    "title",
+    "base",
+    "budget",
+    "seeds",
+    "metric",
+    "axis",
+    "values",
+    "points",
+    "paper",
+    "columns",
+    "paper_table",
+    "plot",
+}
+_METRIC = r"(valid|test)\.\w+\.[\w@]+"
 
 
 @dataclass(frozen=True)
@@ -48,6 +67,7 @@ class Point:
     label: str
     overrides: tuple[str, ...]
     base: str | None = None  # this point's own base config (e.g. another model), else the spec's
+    budget: str | None = None  # this point's own time budget, else the spec's
 
 
 @dataclass(frozen=True)
@@ -59,13 +79,26 @@ class ExperimentSpec:
     budget: str | None = None
     seeds: tuple[int, ...] = (0,)
     metric: str = "test.full.ndcg@10"
-    paper: dict[str, float] = field(default_factory=dict)
+    # the paper's numbers: label -> {"protocol.metric": value} (the split left out)
+    paper: dict[str, dict[str, float]] = field(default_factory=dict)
+    columns: tuple[str, ...] = ()  # more metrics ("test.pop100.hr@10") shown beside `metric`
+    plot: str = "line"
 
     def config(self, point: Point, seed: int) -> RunConfig:
         overrides = [*point.overrides, f"train.seed={seed}"]
-        if self.budget:
-            overrides.append(f"train.time_budget={json.dumps(self.budget)}")
+        budget = point.budget or self.budget
+        if budget:
+            overrides.append(f"train.time_budget={json.dumps(budget)}")
         return load_config(RunConfig, point.base or self.base, overrides)
+
+    def paper_value(self, label: str, metric: str) -> float | None:
+        """The paper's value of `metric` ("test.pop100.ndcg@10") for a point, if it gives one."""
+        return self.paper.get(label, {}).get(metric.split(".", 1)[1])
+
+    def with_budget(self, budget: str) -> ExperimentSpec:
+        """The same sweep with one time budget for every point (`reproduce --time-budget`)."""
+        points = tuple(dataclasses.replace(p, budget=None) for p in self.points)
+        return dataclasses.replace(self, budget=budget, points=points)
 
 
 def spec_names() -> list[str]:
@@ -109,26 +142,44 @@ def load_spec(path: str | Path) -> ExperimentSpec:
             sets = item.get("set", [])
             if not isinstance(sets, list) or not all(isinstance(s, str) for s in sets):
                 raise ConfigError(f"{p}: points[{i}].set must be a list of 'section.key=value'")
-            point_base = item.get("base")
+            point_base, point_budget = item.get("base"), item.get("budget")
             if point_base is not None and not isinstance(point_base, str):
                 raise ConfigError(f"{p}: points[{i}].base must be a config name or path")
-            points.append(Point(item["label"], tuple(sets), point_base))
+            if point_budget is not None and not isinstance(point_budget, str):
+                raise ConfigError(f"{p}: points[{i}].budget must be a duration string such as '5m'")
+            points.append(Point(item["label"], tuple(sets), point_base, point_budget))
     if not points:
         raise ConfigError(f"{p}: no points (give axis + values, or [[points]])")
     labels = [pt.label for pt in points]
-    if len(set(labels)) != len(labels):
-        raise ConfigError(f"{p}: point labels must differ ({labels})")
+    if len({_slug(label) for label in labels}) != len(labels):
+        raise ConfigError(f"{p}: point labels must differ, also as directory names ({labels})")
     seeds = raw.get("seeds", [0])
     if not isinstance(seeds, list) or not seeds or not all(type(s) is int for s in seeds):
         raise ConfigError(f"{p}: seeds must be a non-empty list of integers")
-    paper = raw.get("paper", {})
-    if not isinstance(paper, dict) or not all(
-        isinstance(v, int | float) and not isinstance(v, bool) for v in paper.values()
+    metric = raw.get("metric", "test.full.ndcg@10")
+    if not isinstance(metric, str) or not re.fullmatch(_METRIC, metric):
+        raise ConfigError(f"{p}: metric must look like 'test.full.ndcg@10'")
+    columns = raw.get("columns", [])
+    if not isinstance(columns, list) or not all(
+        isinstance(c, str) and re.fullmatch(_METRIC, c) for c in columns
+    ):
+        raise ConfigError(f"{p}: columns must be a list of metrics like 'test.pop100.hr@10'")
+    paper: dict[str, dict[str, float]] = {}
+    if "paper_table" in raw:
+        try:
+            paper = paper_table(str(raw["paper_table"]))
+        except KeyError as e:
+            raise ConfigError(f"{p}: paper_table: {e.args[0]}") from None
+    own = raw.get("paper", {})
+    if not isinstance(own, dict) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in own.values()
     ):
         raise ConfigError(f"{p}: [paper] maps point labels to numbers")
-    metric = raw.get("metric", "test.full.ndcg@10")
-    if not isinstance(metric, str) or not re.fullmatch(r"(valid|test)\.\w+\.[\w@]+", metric):
-        raise ConfigError(f"{p}: metric must look like 'test.full.ndcg@10'")
+    for label, value in own.items():  # a number: the paper's value of `metric`
+        paper.setdefault(str(label), {})[metric.split(".", 1)[1]] = float(value)
+    plot = raw.get("plot", "line")
+    if plot not in ("line", "bar"):
+        raise ConfigError(f"{p}: plot must be 'line' or 'bar', got {plot!r}")
     budget = raw.get("budget")
     if budget is not None and not isinstance(budget, str):
         raise ConfigError(f"{p}: budget must be a duration string such as '5m'")
@@ -140,7 +191,9 @@ def load_spec(path: str | Path) -> ExperimentSpec:
         budget=budget,
         seeds=tuple(seeds),
         metric=metric,
-        paper={str(k): float(v) for k, v in paper.items()},
+        paper=paper,
+        columns=tuple(columns),
+        plot=plot,
     )
     for point in spec.points:  # every point's config must load before anything is trained
         try:
@@ -151,7 +204,8 @@ def load_spec(path: str | Path) -> ExperimentSpec:
 
 
 def _slug(label: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", label).strip("_") or "point"
+    """A point's run-directory name ("gru4rec+" -> "gru4rec-plus")."""
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", label.replace("+", "-plus")).strip("_") or "point"
 
 
 def _value(metrics: dict[str, Any], key: str) -> float:
@@ -198,6 +252,7 @@ def run_experiment(
                     "overrides": list(point.overrides),
                     "seed": seed,
                     "value": _value(metrics, spec.metric),
+                    "columns": {c: _value(metrics, c) for c in spec.columns},
                     "test": metrics["test"],
                     "epochs": metrics["epochs"],
                     "seq_per_s": metrics["seq_per_s"],
@@ -234,7 +289,14 @@ def _summary(spec: ExperimentSpec, rows: list[dict[str, Any]]) -> list[dict[str,
                 "epochs": statistics.mean(r["epochs"] for r in group),
                 "train_time_s": sum(r["train_time_s"] for r in group),
                 "cpu_util": min((r["cpu_util"] for r in group if r.get("cpu_util")), default=None),
-                "paper": spec.paper.get(label),
+                "paper": spec.paper_value(label, spec.metric),
+                "columns": {
+                    c: {
+                        "mean": statistics.mean(r["columns"][c] for r in group),
+                        "paper": spec.paper_value(label, c),
+                    }
+                    for c in spec.columns
+                },
             }
         )
     return out
@@ -249,16 +311,21 @@ def _write(spec: ExperimentSpec, rows: list[dict[str, Any]], root: Path, command
         f"seeds {list(spec.seeds)}; {spec.metric} of the state chosen on validation.",
         "",
         f"| point | seeds | epochs | training seq/s | CPU use | {spec.metric} "
-        "| test full NDCG@10 | paper |",
-        "|---|---|---|---|---|---|---|---|",
+        + "".join(f"| {c} (paper) " for c in spec.columns)
+        + "| test full NDCG@10 | paper |",
+        "|---|---|---|---|---|---|" + "---|" * len(spec.columns) + "---|---|",
     ]
     for s in summary:
         std = "" if s["std"] is None else f" ± {s['std']:.4f}"
         paper = "" if s["paper"] is None else f"{s['paper']:.4f}"
         cpu = "" if s["cpu_util"] is None else f"{s['cpu_util']:.2f}"
+        extra = "".join(
+            f"| {v['mean']:.4f}" + ("" if v["paper"] is None else f" ({v['paper']:.4f})") + " "
+            for v in s["columns"].values()
+        )
         lines.append(
             f"| {s['label']} | {s['seeds']} | {s['epochs']:.0f} | {s['seq_per_s']:.0f} | {cpu} "
-            f"| {s['mean']:.4f}{std} | {s['full_ndcg@10']:.4f} | {paper} |"
+            f"| {s['mean']:.4f}{std} {extra}| {s['full_ndcg@10']:.4f} | {paper} |"
         )
     commit = git_commit()
     total = sum(r["train_time_s"] for r in rows)
@@ -284,8 +351,10 @@ def _write(spec: ExperimentSpec, rows: list[dict[str, Any]], root: Path, command
             "seeds": list(spec.seeds),
             "metric": spec.metric,
             "points": [
-                {"label": p.label, "set": list(p.overrides), "base": p.base} for p in spec.points
+                {"label": p.label, "set": list(p.overrides), "base": p.base, "budget": p.budget}
+                for p in spec.points
             ],
+            "columns": list(spec.columns),
             "paper": spec.paper,
         },
         "summary": summary,
@@ -306,17 +375,18 @@ def _plot(spec: ExperimentSpec, summary: list[dict[str, Any]], path: Path) -> No
     except ImportError:
         return  # the figure needs the bench extra; the JSON and the table are written regardless
     xs = list(range(len(summary)))
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    ax.errorbar(
-        xs,
-        [s["mean"] for s in summary],
-        yerr=[s["std"] or 0 for s in summary],
-        marker="o",
-        label="seqrec",
-    )
+    means, stds = [s["mean"] for s in summary], [s["std"] or 0 for s in summary]
     paper = [(x, s["paper"]) for x, s in zip(xs, summary, strict=True) if s["paper"] is not None]
-    if paper:
-        ax.plot(*zip(*paper, strict=True), marker="s", linestyle="--", label="paper")
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(xs)), 3.6))
+    if spec.plot == "bar":  # seqrec's bar and the paper's beside it
+        ax.bar([x - 0.2 for x in xs], means, 0.4, yerr=stds, label="seqrec")
+        if paper:
+            px, pv = zip(*paper, strict=True)
+            ax.bar([x + 0.2 for x in px], pv, 0.4, label="paper", hatch="//", alpha=0.7)
+    else:
+        ax.errorbar(xs, means, yerr=stds, marker="o", label="seqrec")
+        if paper:
+            ax.plot(*zip(*paper, strict=True), marker="s", linestyle="--", label="paper")
     ax.set_xticks(xs, [s["label"] for s in summary])
     ax.set_ylabel(spec.metric)
     ax.set_title(spec.title, fontsize=9)

@@ -11,6 +11,7 @@ __all__ = [
     "PAPER_ROWS",
     "PAPER_ROWS_BEAUTY",
     "PUBLISHED",
+    "paper_table",
     "published_numbers",
 ]
 
@@ -93,6 +94,26 @@ PAPER_BASELINES_ML1M_UNI100: dict[str, tuple[str, dict[str, float]]] = {
     )
 }
 
+
+def paper_table(name: str) -> dict[str, dict[str, float]]:
+    """A paper's results table as `seqrec reproduce` prints it beside ours: point label (the model
+    key) -> {"protocol.metric": value}. "bert4rec-table2-ml1m": BERT4Rec Table 2's ML-1m rows
+    (pop100); "sasrec-table3-ml1m": SASRec Table III's ML-1M rows (uni100)."""
+    if name == "bert4rec-table2-ml1m":
+        rows = {m: r for m, (_, r) in PAPER_BASELINES_ML1M.items()}
+        rows |= {m: PAPER_ROWS[(m, "pop100")][1] for m in ("sasrec", "bert4rec")}
+        protocol = "pop100"
+    elif name == "sasrec-table3-ml1m":
+        rows = {m: r for m, (_, r) in PAPER_BASELINES_ML1M_UNI100.items()}
+        rows["sasrec"] = PAPER_ROWS[("sasrec", "uni100")][1]
+        protocol = "uni100"
+    else:
+        raise KeyError(
+            f"no paper table {name!r}; expected bert4rec-table2-ml1m, sasrec-table3-ml1m"
+        )
+    return {m: {f"{protocol}.{k}": v for k, v in r.items()} for m, r in rows.items()}
+
+
 # Other published figures the docs cite beside ours, as printed -> where they come from.
 PUBLISHED: dict[str, str] = {
     "0.1537": "BERT4Rec, full NDCG@10, ML-1M (Klenitskiy & Vasilev, RecSys 2023)",
@@ -111,6 +132,7 @@ def published_numbers() -> set[str]:
         *PAPER_ROWS.values(),
         *PAPER_ROWS_BEAUTY.values(),
         *PAPER_BASELINES_ML1M.values(),
+        *PAPER_BASELINES_ML1M_UNI100.values(),
     ]:
         out.update(f"{v:.4f}" for v in row.values())
     return out
