@@ -22,6 +22,7 @@ from seqrec.reference import PAPER_BASELINES_ML1M, PAPER_BASELINES_ML1M_UNI100
 
 ROWS = (
     "bpr-mf=ml-1m-bpr-mf:5m",
+    "ncf=ml-1m-ncf:5m",
     "fmc=ml-1m-fmc:5m",
     "fpmc=ml-1m-fpmc:5m",
     "transrec=ml-1m-transrec:5m",

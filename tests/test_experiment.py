@@ -160,8 +160,8 @@ def test_reproduce_lists_a_papers_rows_with_its_numbers_beside(
 ) -> None:
     table2 = load_spec("bert4rec-table2")
     labels = [p.label for p in table2.points]
-    assert labels == ["bpr-mf", "fpmc", "gru4rec", "gru4rec+", "caser", "sasrec", "bert4rec"]
-    assert [table2.config(p, 0).model for p in table2.points][:2] == ["bpr-mf", "fpmc"]
+    assert labels == ["bpr-mf", "ncf", "fpmc", "gru4rec", "gru4rec+", "caser", "sasrec", "bert4rec"]
+    assert [table2.config(p, 0).model for p in table2.points][:3] == ["bpr-mf", "ncf", "fpmc"]
     # the paper's numbers come from seqrec.reference: BERT4Rec Table 2 (pop100)
     assert table2.paper_value("bpr-mf", "test.pop100.ndcg@10") == 0.2365
     assert table2.paper_value("bert4rec", "test.pop100.hr@10") == 0.6970
@@ -177,4 +177,4 @@ def test_reproduce_lists_a_papers_rows_with_its_numbers_beside(
     args = ["reproduce", "bert4rec-table2", "--data", "x", "--dry-run", "--time-budget", "1m"]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert out.count("1m]") == 7 and "gru4rec+ seed 0: (the base) [ml-1m-gru4rec-plus, 1m]" in out
+    assert out.count("1m]") == 8 and "gru4rec+ seed 0: (the base) [ml-1m-gru4rec-plus, 1m]" in out

@@ -21,6 +21,7 @@ from seqrec.models.baselines import Popularity
 from seqrec.models.bprmf import BPRMF, BPRMFConfig
 from seqrec.models.caser import Caser, CaserConfig
 from seqrec.models.fpmc import FPMC, FPMCConfig
+from seqrec.models.ncf import NCF, NCFConfig
 from seqrec.models.transrec import TransRec, TransRecConfig
 from seqrec.recommender import Recommender
 from seqrec.train import fit
@@ -89,6 +90,33 @@ def test_transrec_ranks_by_bias_minus_the_squared_distance_from_the_translated_p
         diff = s[b, 1:] - want
         assert torch.allclose(diff, diff[0].expand_as(diff), atol=1e-5)
         assert float(diff[0]) == pytest.approx(float((a * a).sum()), abs=1e-5)
+
+
+def test_ncf_is_gmf_and_an_mlp_tower_projected_to_one_score() -> None:
+    torch.manual_seed(0)
+    m = NCF(7, 3, NCFConfig(factors=2, n_layers=2, init_std=0.5)).eval().requires_grad_(False)
+    # the tower: 2 * (2 * 2) = 8 inputs -> 4 -> 2 (f)
+    assert [layer.in_features for layer in m.tower if isinstance(layer, torch.nn.Linear)] == [8, 4]
+    h, users = torch.tensor([[0, 1, 2], [3, 4, 5]]), torch.tensor([2, -1])
+    s = m.score(h, users)
+    assert s.shape == (2, 8) and s[:, 0].eq(-math.inf).all()
+    for b, row in enumerate([3, 0]):  # user 2 is row 3; the unknown user row 0 (zeros)
+        pu, mu = m.user_gmf.weight[row], m.user_mlp.weight[row]
+        for i in range(1, 8):
+            gmf = pu * m.item_gmf.weight[i]
+            x = torch.cat([mu, m.item_mlp.weight[i]])
+            for layer in m.tower:
+                x = layer(x)
+            want = float(m.predict(torch.cat([gmf, x]))[0])
+            assert float(s[b, i]) == pytest.approx(want, abs=1e-5)
+    # the unknown user: the GMF branch is zero, the score the MLP on the item alone
+    assert torch.equal(m.user_vector(h[1:], users[1:]), torch.zeros(1, 2 + 4))
+    # the sampled losses read pair_logits: the same numbers as the score's columns
+    items = torch.tensor([[5, 1, 7], [2, 2, 3]])
+    pairs = m.pair_logits(m.user_vector(h, users), items)
+    assert torch.allclose(pairs, s.gather(1, items), atol=1e-6)
+    with pytest.raises(ConfigError, match="no output layer"):
+        m.output_weights()
 
 
 def _caser() -> Caser:
@@ -166,6 +194,8 @@ def _config(model: str, *more: str) -> RunConfig:
         ("fpmc", ["fpmc.d_model=16", "train.n_negatives=4"], 0.3),
         ("caser", ["caser.d_model=16", "caser.dropout=0.1"], 0.3),
         ("transrec", ["transrec.d_model=16", "train.n_negatives=4"], 0.3),
+        # NCF scores (user, item) pairs, so it learns the users' arcs, as BPR-MF
+        ("ncf", ["ncf.factors=16", "train.lr=5e-3"], 0.15),
     ],
 )
 def test_learns_the_toy_pattern_above_pop(
@@ -202,10 +232,12 @@ def test_learns_the_toy_pattern_above_pop(
 def test_user_models_refuse_packed_rows_and_have_their_own_sections(
     toy: PreparedDataset, tmp_path: Path
 ) -> None:
-    for model in ("bpr-mf", "fpmc", "caser", "transrec"):
+    for model in ("bpr-mf", "fpmc", "caser", "transrec", "ncf"):
         cfg = _config(model, "next_item.pack=true")
         with pytest.raises(ConfigError, match="next_item.pack must be false"):
             fit(toy, cfg, tmp_path / model, progress=False)
+    with pytest.raises(ConfigError, match="ncf: train.loss must be a sampled loss"):
+        fit(toy, _config("ncf", 'train.loss="ce"'), tmp_path / "ncf-ce", progress=False)
     assert default_config("caser").caser.window == 5 and default_config("caser").train.loss == "bce"
     assert default_config("fpmc").fpmc.user_term and default_config("bpr-mf").train.loss == "bpr"
     with pytest.raises(ConfigError, match=r"\[caser\] is a section of model 'caser'"):

@@ -374,6 +374,8 @@ class ItemModel(Protocol):
 
     def output_weights(self) -> tuple[torch.Tensor, torch.Tensor | None]: ...  # (V, D), (V,)
 
+    def pair_logits(self, features: torch.Tensor, items: torch.Tensor) -> torch.Tensor: ...
+
 
 def model_loss(
     model: ItemModel,
@@ -391,6 +393,15 @@ def model_loss(
     by one batched matmul). `layout`: a packed batch's segments and positions, given to the
     model."""
     hidden = model(inputs, **(layout or {}))  # (B, L, D)
+    if not getattr(model, "dot_product_output", True):  # NCF: scores of (user, item) pairs
+        if spec.name not in SAMPLED_LOSSES or spec.negatives_per != "position" or negatives is None:
+            raise ValueError(
+                f"loss {spec.name!r}: this model scores (user, item) pairs, so it trains with a "
+                "sampled loss and negatives per position"
+            )
+        z = model.output_features(hidden[positions])  # (M, D)
+        logits = model.pair_logits(z, torch.cat([targets[:, None], negatives], dim=1)).float()
+        return SAMPLED_LOSSES[spec.name](spec, logits[:, 0], logits[:, 1:])
     weight, bias = model.output_weights()
     if spec.name != "ce" and spec.negatives_per == "sequence":
         if negatives is None or spec.name not in SAMPLED_LOSSES:

@@ -8,7 +8,7 @@ training loop, run directories and the CLI read this table.
 from __future__ import annotations
 
 from seqrec.errors import ConfigError
-from seqrec.models import bert4rec, bprmf, caser, fpmc, gru4rec, sasrec, transrec
+from seqrec.models import bert4rec, bprmf, caser, fpmc, gru4rec, ncf, sasrec, transrec
 from seqrec.models.base import ModelEntry
 
 __all__ = ["MODELS", "entry", "section_owner"]
@@ -18,6 +18,7 @@ ENTRIES: tuple[ModelEntry, ...] = (
     sasrec.ENTRY,
     gru4rec.ENTRY,
     bprmf.ENTRY,
+    ncf.ENTRY,
     fpmc.ENTRY,
     caser.ENTRY,
     transrec.ENTRY,

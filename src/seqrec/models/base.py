@@ -39,6 +39,9 @@ class SequenceModel(nn.Module, ABC):
     # then take `users`, (B,) internal user indices of the training data, where -1 (or `users`
     # None) is a history of a user the model never saw: its user term is left out (zero).
     uses_users: ClassVar[bool] = False
+    # False for a model whose score of (user, item) is not a dot product with an output layer
+    # (NCF's MLP): the sampled losses then read `pair_logits`, and `score` is its own
+    dot_product_output: ClassVar[bool] = True
 
     @property
     @abstractmethod
@@ -59,6 +62,13 @@ class SequenceModel(nn.Module, ABC):
     ) -> torch.Tensor:
         """(B, L) left-padded histories -> (B, D) features that score the next item; `users`
         (B,) is read only by models that `uses_users`."""
+
+    def pair_logits(self, features: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+        """(M, D) output features and (M, k) item ids -> (M, k) scores of those items; the dot
+        product with the output layer unless a model (`dot_product_output` False) has its own."""
+        weight, bias = self.output_weights()
+        out = torch.einsum("md,mkd->mk", features, weight[items - 1])
+        return out if bias is None else out + bias[items - 1]
 
     def init_output_bias(self, popularity: torch.Tensor) -> None:  # noqa: B027 (optional hook)
         """Called once before training with the (n_items,) training counts; no-op by default."""

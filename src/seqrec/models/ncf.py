@@ -1,0 +1,154 @@
+"""NCF / NeuMF (He et al., WWW 2017), a baseline of BERT4Rec Table 2: a GMF branch (the element-wise
+product of a user and an item vector) and an MLP branch (a tower over the concatenated user and
+item vectors), their last layers concatenated and projected to one score (NCF §3.4). The order of a
+user's items plays no part.
+
+The score of a (user, item) pair is not a dot product with an output layer, so the model has its
+own `pair_logits` (what the sampled losses read) and `score` (every item, in chunks).
+
+Training: the shifted next-item task (`NextItemSampler`) gives every training item of a user as a
+positive of that user, with `train.n_negatives` uniform negatives not in the user's sequence
+(NCF §4.1: 4) and the `bce` loss (NCF's log loss). DEVIATION: NeuMF trained from scratch (NCF
+§3.4.1 pre-trains GMF and MLP; §4.2 reports NeuMF without pre-training too). A history of a user
+the model never saw has zero user vectors: its score is the MLP branch on the item alone, a
+learned popularity.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from seqrec.data.batches import NextItemConfig
+from seqrec.errors import ConfigError
+from seqrec.models.base import ModelEntry, Sampler, SequenceModel, next_item_batches
+from seqrec.models.bprmf import user_rows
+
+if TYPE_CHECKING:
+    from seqrec.config import RunConfig
+    from seqrec.data.prepared import PreparedDataset
+
+__all__ = ["ENTRY", "NCF", "NCFConfig"]
+
+_SCORE_CHUNK = 1024  # items scored at a time in `score` (memory: B x chunk x 2 d_mlp floats)
+
+
+@dataclass(frozen=True)
+class NCFConfig:
+    """NCF §4.1: predictive factors in {8, 16, 32, 64}, a three-layer tower halving each layer."""
+
+    factors: int = 32  # predictive factors: GMF's size and the tower's last layer
+    n_layers: int = 3  # MLP tower: 4f -> 2f -> f on embeddings of 2f per side (4f in)
+    max_len: int = 200  # items per training window (the score reads no history)
+    init_std: float = 0.01  # NCF §4.1: N(0, 0.01)
+
+
+class NCF(SequenceModel):
+    uses_users = True
+    dot_product_output = False
+
+    def __init__(self, n_items: int, n_users: int, cfg: NCFConfig | None = None) -> None:
+        super().__init__()
+        self.cfg = cfg = cfg or NCFConfig()
+        if cfg.n_layers < 1:
+            raise ConfigError(f"ncf.n_layers must be >= 1, got {cfg.n_layers}")
+        self.n_items, self.n_users = n_items, n_users
+        f = cfg.factors
+        d_mlp = f * 2 ** (cfg.n_layers - 1)  # each side's MLP embedding
+        self.user_gmf = nn.Embedding(n_users + 1, f, padding_idx=0)  # row 0: unknown user
+        self.item_gmf = nn.Embedding(n_items + 1, f, padding_idx=0)
+        self.user_mlp = nn.Embedding(n_users + 1, d_mlp, padding_idx=0)
+        self.item_mlp = nn.Embedding(n_items + 1, d_mlp, padding_idx=0)
+        layers: list[nn.Module] = []
+        width = 2 * d_mlp
+        for _ in range(cfg.n_layers):
+            layers += [nn.Linear(width, width // 2), nn.ReLU()]
+            width //= 2
+        self.tower = nn.Sequential(*layers)  # ends at f units
+        self.predict = nn.Linear(2 * f, 1)  # h over [GMF; MLP]
+        for emb in (self.user_gmf, self.item_gmf, self.user_mlp, self.item_mlp):
+            nn.init.normal_(emb.weight, std=cfg.init_std)
+            with torch.no_grad():
+                emb.weight[0].zero_()
+        nn.init.uniform_(self.predict.weight, -math.sqrt(3 / (2 * f)), math.sqrt(3 / (2 * f)))
+
+    @property
+    def max_len(self) -> int:
+        return 1  # the score reads no history
+
+    def forward(
+        self, input_ids: torch.Tensor, users: torch.Tensor | None = None, **layout: torch.Tensor
+    ) -> torch.Tensor:
+        """(B, L) -> (B, L, f + d_mlp): the user's [GMF; MLP] vectors at every position."""
+        if layout:
+            raise ValueError("NCF reads whole rows: next_item.pack must be false")
+        u = self.user_vector(input_ids, users)
+        return u[:, None, :].expand(-1, input_ids.shape[1], -1)
+
+    def output_features(self, hidden: torch.Tensor) -> torch.Tensor:
+        return hidden
+
+    def output_weights(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        raise ConfigError("ncf scores (user, item) pairs with an MLP; it has no output layer")
+
+    def user_vector(
+        self, histories: torch.Tensor, users: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        rows = user_rows(users, self.n_users, histories)
+        return torch.cat([self.user_gmf(rows), self.user_mlp(rows)], dim=-1)
+
+    def pair_logits(self, features: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+        """(M, f + d_mlp) user vectors, (M, k) items -> (M, k) NeuMF scores (logits)."""
+        f = self.cfg.factors
+        u_gmf, u_mlp = features[:, None, :f], features[:, None, f:]
+        gmf = u_gmf * self.item_gmf(items)  # (M, k, f)
+        i_mlp = self.item_mlp(items)
+        mlp = self.tower(torch.cat([u_mlp.expand_as(i_mlp), i_mlp], dim=-1))  # (M, k, f)
+        return self.predict(torch.cat([gmf, mlp], dim=-1)).squeeze(-1)
+
+    @torch.no_grad()
+    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, L) histories -> (B, n_items + 1); column 0 is -inf. Items in chunks."""
+        u = self.user_vector(histories, users)
+        B = u.shape[0]
+        out = [torch.full((B, 1), -math.inf, device=u.device)]
+        for lo in range(1, self.n_items + 1, _SCORE_CHUNK):
+            ids = torch.arange(lo, min(lo + _SCORE_CHUNK, self.n_items + 1), device=u.device)
+            out.append(self.pair_logits(u, ids[None, :].expand(B, -1)).float())
+        return torch.cat(out, dim=1)
+
+
+def _batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
+    if cfg.next_item.pack:
+        raise ConfigError("ncf: next_item.pack must be false (each row is one user's)")
+    t = cfg.train
+    if t.loss == "ce" or t.negatives_per != "position" or t.n_negatives < 1:
+        raise ConfigError(
+            "ncf: train.loss must be a sampled loss (bce, bpr, ...) with negatives per position "
+            "(its MLP scores (user, item) pairs; a softmax over every item is not built)"
+        )
+    return next_item_batches(cfg, ds, cfg.ncf.max_len)
+
+
+# NCF §4.1: Adam, the log loss with 4 negatives per positive, lr from {0.0001 .. 0.01}
+ENTRY = ModelEntry(
+    name="ncf",
+    sections={"ncf": NCFConfig, "next_item": NextItemConfig},
+    build=lambda n_items, n_users, cfg: NCF(n_items, n_users, cfg.ncf),
+    batches=_batches,
+    train_defaults={
+        "lr": 1e-3,
+        "eps": 1e-8,
+        "weight_decay": 0.0,
+        "warmup_steps": 0,
+        "decay": "none",
+        "clip_norm": 0.0,
+        "batch_size": 128,
+        "loss": "bce",
+        "n_negatives": 4,
+    },
+)
