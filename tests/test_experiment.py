@@ -75,6 +75,7 @@ def test_a_sweep_trains_each_point_once_and_writes_results_after_each(
         ('axis = "sasrec.d_model"\nvalues = [8]\npaper_table = "x"\n', "no paper table 'x'"),
         ('axis = "sasrec.d_model"\nvalues = [8]\nplot = "pie"\n', "plot must be"),
         ('[[points]]\nlabel = "a"\nbudget = 5\n', "points[0].budget must be"),
+        ('values = [8]\n[[series]]\nlabel = "a"\n', "series[0] needs a label and an axis"),
         ('axis = "sasrec.nope"\nvalues = [8]\n', "point '8'"),
         ('axis = "sasrec.d_model"\nvalues = [8]\nseeds = []\n', "seeds must be"),
         ('axis = "sasrec.d_model"\nvalues = [8]\nmetric = "ndcg"\n', "metric must look like"),
@@ -178,3 +179,30 @@ def test_reproduce_lists_a_papers_rows_with_its_numbers_beside(
     assert main(args) == 0
     out = capsys.readouterr().out
     assert out.count("1m]") == 8 and "gru4rec+ seed 0: (the base) [ml-1m-gru4rec-plus, 1m]" in out
+
+
+def test_series_sweep_one_axis_per_model_over_shared_values(
+    tiny_runs: dict[str, Path], tmp_path: Path
+) -> None:
+    (tmp_path / "b4r.toml").write_text(
+        'model = "bert4rec"\n[bert4rec]\nmax_len = 12\nattn_dropout = 0.0\n'
+        "[train]\nmax_epochs = 1\n"
+    )
+    spec_path = _spec(
+        tmp_path,
+        "values = [8, 16]\n"
+        '[[series]]\nlabel = "SASRec"\naxis = "sasrec.d_model"\n'
+        f'[[series]]\nlabel = "BERT4Rec"\nbase = "{tmp_path / "b4r.toml"}"\n'
+        'axis = ["bert4rec.d_model", "bert4rec.n_heads"]\n',
+    )
+    spec = load_spec(spec_path)
+    assert [p.label for p in spec.points] == ["SASRec 8", "SASRec 16", "BERT4Rec 8", "BERT4Rec 16"]
+    cfg = spec.config(spec.points[3], 0)  # both keys of a list axis take the value
+    assert (cfg.model, cfg.bert4rec.d_model, cfg.bert4rec.n_heads) == ("bert4rec", 16, 16)
+    assert spec.x_label == "d_model"
+    path = run_experiment(spec, str(tiny_runs["data"]), tmp_path / "runs", progress=False)
+    result = json.loads(path.read_text())
+    assert [s["series"] for s in result["summary"]] == ["SASRec"] * 2 + ["BERT4Rec"] * 2
+    assert path.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+    fig3 = load_spec("fig3-ml1m")  # the shipped Figure 3: four models x five sizes
+    assert len(fig3.points) == 20 and fig3.config(fig3.points[12], 0).gru4rec.hidden == 64

@@ -13,6 +13,10 @@ A spec (TOML; a path or a shipped name from `seqrec/experiments/`):
     metric = "test.pop100.ndcg@10"   # what the table and the figure show
     axis = "bert4rec.max_len"        # either an axis and its values ...
     values = [10, 50, 100, 200, 400]
+    # [[series]]                     # ... or one line per model over the same values:
+    # label = "SASRec"               # its points are "SASRec 16", "SASRec 32", ...
+    # base = "ml-1m-sasrec"
+    # axis = "sasrec.d_model"        # (a list of keys sets each to the value)
     # [[points]]                     # ... or labelled points, each with its overrides
     # label = "1 mask"               # and, optionally, its own base config and budget
     # set = ["cloze.max_predictions=1"]
@@ -58,6 +62,7 @@ _KEYS = {
     "columns",
     "paper_table",
     "plot",
+    "series",
 }
 _METRIC = r"(valid|test)\.\w+\.[\w@]+"
 
@@ -68,6 +73,7 @@ class Point:
     overrides: tuple[str, ...]
     base: str | None = None  # this point's own base config (e.g. another model), else the spec's
     budget: str | None = None  # this point's own time budget, else the spec's
+    series: str | None = None  # the line it belongs to (specs with [[series]])
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,7 @@ class ExperimentSpec:
     paper: dict[str, dict[str, float]] = field(default_factory=dict)
     columns: tuple[str, ...] = ()  # more metrics ("test.pop100.hr@10") shown beside `metric`
     plot: str = "line"
+    x_label: str = ""  # the figure's x axis, for specs with [[series]]
 
     def config(self, point: Point, seed: int) -> RunConfig:
         overrides = [*point.overrides, f"train.seed={seed}"]
@@ -130,11 +137,29 @@ def load_spec(path: str | Path) -> ExperimentSpec:
 
     base = need("base", str)
     points: list[Point] = []
-    if "axis" in raw:
+    if "series" in raw:
+        values = need("values", list)
+        for i, item in enumerate(need("series", list)):
+            keys = item.get("axis") if isinstance(item, dict) else None
+            keys = [keys] if isinstance(keys, str) else keys
+            if (
+                not isinstance(item, dict)
+                or not isinstance(item.get("label"), str)
+                or not isinstance(keys, list)
+                or not keys
+                or not all(isinstance(k, str) for k in keys)
+            ):
+                raise ConfigError(f"{p}: series[{i}] needs a label and an axis (a key or keys)")
+            s_base = item.get("base")
+            if s_base is not None and not isinstance(s_base, str):
+                raise ConfigError(f"{p}: series[{i}].base must be a config name or path")
+            for value in values:
+                sets = tuple(f"{k}={_toml_value(value)}" for k in keys)
+                points.append(Point(f"{item['label']} {value}", sets, s_base, None, item["label"]))
+    elif "axis" in raw:
         axis = need("axis", str)
         for value in need("values", list):
-            text = json.dumps(value) if isinstance(value, str) else str(value).lower()
-            points.append(Point(str(value), (f"{axis}={text}",)))
+            points.append(Point(str(value), (f"{axis}={_toml_value(value)}",)))
     else:
         for i, item in enumerate(need("points", list)):
             if not isinstance(item, dict) or not isinstance(item.get("label"), str):
@@ -194,6 +219,7 @@ def load_spec(path: str | Path) -> ExperimentSpec:
         paper=paper,
         columns=tuple(columns),
         plot=plot,
+        x_label=_x_label(raw),
     )
     for point in spec.points:  # every point's config must load before anything is trained
         try:
@@ -201,6 +227,19 @@ def load_spec(path: str | Path) -> ExperimentSpec:
         except ConfigError as e:
             raise ConfigError(f"{p}: point {point.label!r}: {e}") from None
     return spec
+
+
+def _x_label(raw: dict[str, Any]) -> str:
+    """The key a [[series]] spec sweeps, as the figure's x label ("d_model")."""
+    if "series" not in raw:
+        return ""
+    axis = raw["series"][0]["axis"]
+    return str(axis if isinstance(axis, str) else axis[0]).rsplit(".", 1)[-1]
+
+
+def _toml_value(value: Any) -> str:
+    """A spec value as the right-hand side of a `--set` override."""
+    return json.dumps(value) if isinstance(value, str) else str(value).lower()
 
 
 def _slug(label: str) -> str:
@@ -281,6 +320,7 @@ def _summary(spec: ExperimentSpec, rows: list[dict[str, Any]]) -> list[dict[str,
         out.append(
             {
                 "label": label,
+                "series": next(p.series for p in spec.points if p.label == label),
                 "seeds": len(group),
                 "mean": statistics.mean(values),
                 "std": statistics.stdev(values) if len(values) > 1 else None,
@@ -377,17 +417,30 @@ def _plot(spec: ExperimentSpec, summary: list[dict[str, Any]], path: Path) -> No
     xs = list(range(len(summary)))
     means, stds = [s["mean"] for s in summary], [s["std"] or 0 for s in summary]
     paper = [(x, s["paper"]) for x, s in zip(xs, summary, strict=True) if s["paper"] is not None]
-    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(xs)), 3.6))
-    if spec.plot == "bar":  # seqrec's bar and the paper's beside it
+    lines = list(dict.fromkeys(s["series"] for s in summary if s["series"]))
+    fig, ax = plt.subplots(figsize=(6 if lines else max(6, 0.9 * len(xs)), 3.6))
+    if lines:  # one line per series over the shared values
+        for name in lines:
+            group = [s for s in summary if s["series"] == name]
+            ax.errorbar(
+                [s["label"].removeprefix(f"{name} ") for s in group],
+                [s["mean"] for s in group],
+                yerr=[s["std"] or 0 for s in group],
+                marker="o",
+                label=name,
+            )
+        ax.set_xlabel(spec.x_label)
+    elif spec.plot == "bar":  # seqrec's bar and the paper's beside it
         ax.bar([x - 0.2 for x in xs], means, 0.4, yerr=stds, label="seqrec")
         if paper:
             px, pv = zip(*paper, strict=True)
             ax.bar([x + 0.2 for x in px], pv, 0.4, label="paper", hatch="//", alpha=0.7)
+        ax.set_xticks(xs, [s["label"] for s in summary])
     else:
         ax.errorbar(xs, means, yerr=stds, marker="o", label="seqrec")
         if paper:
             ax.plot(*zip(*paper, strict=True), marker="s", linestyle="--", label="paper")
-    ax.set_xticks(xs, [s["label"] for s in summary])
+        ax.set_xticks(xs, [s["label"] for s in summary])
     ax.set_ylabel(spec.metric)
     ax.set_title(spec.title, fontsize=9)
     ax.legend()
