@@ -22,17 +22,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from _common import paper_ml1m, write_results
-from seqrec import checkpoint as ckpt
 from seqrec.config import RunConfig, load_config
 from seqrec.data.prepared import prepare
-from seqrec.registry import entry
-from seqrec.train import (
-    loss_spec,
-    make_optimizer,
-    resolve_device,
-    resolve_precision,
-    train_step,
-)
+from seqrec.train import setup
 
 DEFAULT_CONFIGS = "ml-1m-bert4rec,ml-1m-sasrec,ml-1m-sasrec-ce"
 
@@ -52,30 +44,24 @@ def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> float:
 def measure(cfg: RunConfig, ds: Any, steps: int, repeats: int, warmup: int) -> dict[str, Any]:
     """Median sequences/s over `repeats` timed windows, each a whole epoch (or its first `steps`
     batches), after `warmup` steps."""
-    device = resolve_device(cfg.train.device)
-    torch.manual_seed(cfg.train.seed)
-    model = ckpt.build_model(cfg, ds.n_items, ds.n_users).to(device)
-    model.train()
-    sampler = entry(cfg.model).batches(cfg, ds)
-    cfg, measured = resolve_precision(cfg, model, next(iter(sampler.epoch(0))), ds.n_items, device)
-    optimizer = make_optimizer(model, cfg)
-    spec = loss_spec(cfg, ds.n_items)
+    training = setup(ds, cfg)
+    sampler = training.sampler
     warm = sampler.epoch(0)
     for _ in range(warmup):
-        train_step(model, spec, next(warm), optimizer, cfg.train, device)
+        training.step(next(warm))
     flops, seqs = 0, 0
     # FLOPs per sequence over a few batches, attention on its math path (the fused CPU kernel
     # has no FLOP formula; the math path does the same products)
     for batch in islice(sampler.epoch(0), 4):
         with FlopCounterMode(display=False) as counter, sdpa_kernel(SDPBackend.MATH):
-            train_step(model, spec, batch, optimizer, cfg.train, device)
+            training.step(batch)
         flops, seqs = flops + counter.get_total_flops(), seqs + batch.size
     rates = []
     for epoch in range(1, repeats + 1):
         n_seq, t0 = 0, time.perf_counter()
         # building the batches is part of the cost
         for batch in islice(sampler.epoch(epoch), steps or None):
-            train_step(model, spec, batch, optimizer, cfg.train, device)
+            training.step(batch)
             n_seq += batch.size
         rates.append(n_seq / (time.perf_counter() - t0))
     seq_s = statistics.median(rates)
@@ -87,7 +73,7 @@ def measure(cfg: RunConfig, ds: Any, steps: int, repeats: int, warmup: int) -> d
         "s_per_epoch": epoch_seqs / seq_s,
         "mflop_per_seq": flops / seqs / 1e6,
         "gflop_s": flops / seqs * seq_s / 1e9,
-        "precision": {"bf16": cfg.train.bf16, "loss_bf16": cfg.train.loss_bf16, **measured},
+        "precision": training.precision,
     }
 
 

@@ -33,19 +33,21 @@ from seqrec.errors import ConfigError, TrainingError
 from seqrec.evaluate import PROTOCOLS, parse_protocols
 from seqrec.losses import LossSpec, full_cross_entropy, model_loss
 from seqrec.metrics import metric_names
-from seqrec.models.base import SequenceModel
+from seqrec.models.base import Sampler, SequenceModel
 from seqrec.provenance import atomic_write, cpu_flags, git_commit, git_diff, machine
 from seqrec.registry import entry
 
 __all__ = [
     "FitResult",
     "ModelScorer",
+    "Training",
     "fit",
     "loss_spec",
     "lr_factor",
     "make_optimizer",
     "resolve_device",
     "resolve_precision",
+    "setup",
     "train_step",
 ]
 
@@ -287,7 +289,7 @@ def _fit(
             f"{run_dir}: already holds files; choose a new --out, or --resume an unfinished run"
         )
     t = cfg.train
-    model_entry = entry(cfg.model)  # an unknown model is a ConfigError
+    entry(cfg.model)  # an unknown model is a ConfigError
     val_protocol = parse_protocols(t.val_protocol)[0]
     names = metric_names(cfg.eval.ks)
     if t.val_metric not in names:
@@ -325,27 +327,21 @@ def _fit(
     elif json.loads((run_dir / ckpt.VOCAB).read_text())["items"] != ds.item_ids:
         raise ConfigError(f"{run_dir}: the run was trained on another dataset's items")
 
-    torch.manual_seed(t.seed)  # initial weights
-    model = ckpt.build_model(cfg, ds.n_items, ds.n_users).to(device)
-    if t.init_from and state is None:
-        _warm_start(model, Path(t.init_from), cfg, ds)
-    elif state is None:  # e.g. bert4rec.out_bias_init (a no-op for most models)
-        counts = np.bincount(ds.split.train.items, minlength=ds.n_items + 1)[1:]
-        model.init_output_bias(torch.from_numpy(counts).to(device))
-    sampler = model_entry.batches(cfg, ds)
-    # "auto" precisions: decided once per run (a resumed run keeps its first decision)
-    precision_start = time.perf_counter()
-    if state is not None and "precision" in state:
-        precision = state["precision"]
-    else:
-        first = next(iter(sampler.epoch(0)))
-        cfg, measured = resolve_precision(cfg, model, first, ds.n_items, device)
-        precision = {"bf16": cfg.train.bf16, "loss_bf16": cfg.train.loss_bf16, **measured}
-    cfg = _with_precision(cfg, precision["bf16"], precision["loss_bf16"])
-    precision_s = time.perf_counter() - precision_start
+    training = setup(
+        ds,
+        cfg,
+        device,
+        fresh=state is None,
+        precision=state.get("precision") if state is not None else None,
+    )
+    cfg, model, sampler, optimizer = (
+        training.cfg,
+        training.model,
+        training.sampler,
+        training.optimizer,
+    )
+    precision, precision_s = training.precision, training.precision_s
     t = cfg.train
-    spec = loss_spec(cfg, ds.n_items)
-    optimizer = make_optimizer(model, cfg)
     total_steps = t.max_epochs * len(sampler)
     if t.max_steps > 0:
         total_steps = min(total_steps, t.max_steps)
@@ -405,7 +401,7 @@ def _fit(
         out_of_time = False
         for batch in sampler.epoch(epoch):
             lr = set_lr(step, time.perf_counter() - started)
-            loss = train_step(model, spec, batch, optimizer, t, device)
+            loss = training.step(batch)
             step += 1
             if not math.isfinite(loss):
                 bar.close()
@@ -554,6 +550,68 @@ def _resolved(value: bool | str, name: str) -> bool:
 def _with_precision(cfg: RunConfig, bf16: bool, loss_bf16: bool) -> RunConfig:
     return dataclasses.replace(
         cfg, train=dataclasses.replace(cfg.train, bf16=bf16, loss_bf16=loss_bf16)
+    )
+
+
+@dataclass
+class Training:
+    """What a training loop needs (`setup`): the model, its batches, the config with its "auto"
+    precisions decided, the loss and the optimiser. `step` is one update."""
+
+    cfg: RunConfig
+    model: SequenceModel
+    sampler: Sampler
+    spec: LossSpec
+    optimizer: torch.optim.Optimizer
+    device: torch.device
+    precision: dict[str, Any]  # the decided bf16 / loss_bf16 and what was timed
+    precision_s: float  # seconds spent deciding them
+
+    def step(self, batch: Batch) -> float:
+        """One update on `batch`; returns its loss."""
+        return train_step(self.model, self.spec, batch, self.optimizer, self.cfg.train, self.device)
+
+
+def setup(
+    ds: PreparedDataset,
+    cfg: RunConfig,
+    device: torch.device | None = None,
+    *,
+    fresh: bool = True,
+    precision: dict[str, Any] | None = None,
+) -> Training:
+    """Build `cfg.model` for `ds` (seeded by train.seed) with its training batches, loss and
+    optimiser, and decide its "auto" precisions on its first batch (`precision`: a decision made
+    before, kept). `fresh`: a new run's initial weights (train.init_from, or the model's output
+    bias hook); a resumed run loads its own weights afterwards. `fit` is this plus the loop; the
+    benchmarks time `Training.step` on it."""
+    device = device or resolve_device(cfg.train.device)
+    t = cfg.train
+    torch.manual_seed(t.seed)  # initial weights
+    model = ckpt.build_model(cfg, ds.n_items, ds.n_users).to(device)
+    if fresh and t.init_from:
+        _warm_start(model, Path(t.init_from), cfg, ds)
+    elif fresh:  # e.g. bert4rec.out_bias_init (a no-op for most models)
+        counts = np.bincount(ds.split.train.items, minlength=ds.n_items + 1)[1:]
+        model.init_output_bias(torch.from_numpy(counts).to(device))
+    model.train()
+    sampler = entry(cfg.model).batches(cfg, ds)
+    # "auto" precisions: decided once per run (a resumed run keeps its first decision)
+    started = time.perf_counter()
+    if precision is None:
+        first = next(iter(sampler.epoch(0)))
+        cfg, measured = resolve_precision(cfg, model, first, ds.n_items, device)
+        precision = {"bf16": cfg.train.bf16, "loss_bf16": cfg.train.loss_bf16, **measured}
+    cfg = _with_precision(cfg, precision["bf16"], precision["loss_bf16"])
+    return Training(
+        cfg=cfg,
+        model=model,
+        sampler=sampler,
+        spec=loss_spec(cfg, ds.n_items),
+        optimizer=make_optimizer(model, cfg),
+        device=device,
+        precision=precision,
+        precision_s=time.perf_counter() - started,
     )
 
 
