@@ -31,6 +31,7 @@ import torch
 from tqdm import tqdm
 
 from seqrec.checkpoint import VOCAB, Run, load_run
+from seqrec.data.ids import IdCodec
 from seqrec.data.io import read_interactions
 from seqrec.data.prepared import PreparedDataset, load_prepared
 from seqrec.data.preprocess import left_pad
@@ -87,16 +88,12 @@ class Recommender:
         self.run = run
         self.model = run.model.to(device).eval()
         self.device = torch.device(device)
-        self.item_ids = list(run.item_ids)
-        self.n_items = len(self.item_ids)
-        # external id -> internal id; ids also match by their text ("1193" finds 1193)
-        self._index: dict[Any, int] = {}
-        for i, item in enumerate(self.item_ids, start=1):
-            self._index[item] = i
-            self._index.setdefault(str(item), i)
+        self.items = IdCodec(run.item_ids, start=1)  # external <-> internal item ids
+        self.item_ids = self.items.ids
+        self.n_items = len(self.items)
         self.popularity = np.asarray(popularity, dtype=np.float32)  # (n_items + 1,), [0] unused
         self.dataset = dataset
-        self._users: dict[Any, int] | None = None
+        self._users: IdCodec | None = None  # the training users, built on first use
         self.metadata = metadata
         self.unknown = unknown
         self.batch_size = batch_size
@@ -156,21 +153,13 @@ class Recommender:
 
     def encode(self, history: Iterable[Any]) -> Encoded:
         """External ids -> internal ids under the unknown-item policy."""
-        ids, unknown = [], []
-        for item in history:
-            i = self._index.get(item)
-            if i is None and not isinstance(item, str):
-                i = self._index.get(str(item))
-            if i is None:
-                unknown.append(item)
-            else:
-                ids.append(i)
+        ids, unknown = self.items.encode(history)
         if unknown:
             if self.unknown == "reject":
                 raise UnknownItemsError(unknown)
             with self._lock:
                 self.dropped += len(unknown)
-        return Encoded(np.asarray(ids, dtype=np.int64), unknown)
+        return Encoded(ids, unknown)
 
     def internal_ids(self, items: Iterable[Any]) -> np.ndarray:
         return self.encode(items).ids
@@ -222,12 +211,9 @@ class Recommender:
         form), or None: not there, or the run's prepared data is gone."""
         if self.dataset is None:
             return None
-        if self._users is None:  # external user id -> row, built on first use
-            self._users = {u: i for i, u in enumerate(self.dataset.user_ids)}
-        users = self._users
-        if user_id in users:
-            return users[user_id]
-        return None if isinstance(user_id, str) else users.get(str(user_id))
+        if self._users is None:
+            self._users = IdCodec(self.dataset.user_ids, start=0)
+        return self._users.lookup(user_id)
 
     def recommend_encoded(
         self,
@@ -269,7 +255,7 @@ class Recommender:
             for r, v_row, i_row in zip(rows, values, indices, strict=True):
                 keep = np.isfinite(v_row)  # fewer than k items may remain
                 out[r] = [
-                    (self.item_ids[i - 1], float(v))
+                    (self.items.decode(i), float(v))
                     for i, v in zip(i_row[keep], v_row[keep], strict=True)
                 ]
             bar.update(len(rows))

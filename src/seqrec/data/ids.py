@@ -1,0 +1,57 @@
+"""External ids <-> seqrec's internal ids: the one mapping a prepared dataset's vocabulary defines
+(items 1..n, 0 being padding; users 0..n-1) and that the recommender, `serve` and `recommend_user`
+read back. Ids as typed by a person or sent as JSON may be text where the data had integers, so
+an id also matches by its text form ("1193" finds 1193)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["IdCodec"]
+
+
+class IdCodec:
+    """`ids[k]` is internal id `start + k`; lookups also match an id's text form."""
+
+    def __init__(self, ids: Sequence[Any], start: int = 1) -> None:
+        self.ids = list(ids)
+        self.start = start
+        self._index: dict[Any, int] = {}
+        for k, external in enumerate(self.ids, start=start):
+            self._index.setdefault(external, k)
+        for k, external in enumerate(self.ids, start=start):
+            self._index.setdefault(str(external), k)  # an exact match wins over a text one
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, IdCodec) and (self.ids, self.start) == (other.ids, other.start)
+
+    def __hash__(self) -> int:
+        return hash((len(self.ids), self.start))
+
+    def lookup(self, external: Any) -> int | None:
+        """The internal id of one external id, or None when it is not in the vocabulary."""
+        found = self._index.get(external)
+        if found is None and not isinstance(external, str):
+            found = self._index.get(str(external))
+        return found
+
+    def encode(self, externals: Iterable[Any]) -> tuple[np.ndarray, list[Any]]:
+        """External ids -> (internal ids of the known ones, in order; the unknown ones)."""
+        ids, unknown = [], []
+        for external in externals:
+            found = self.lookup(external)
+            if found is None:
+                unknown.append(external)
+            else:
+                ids.append(found)
+        return np.asarray(ids, dtype=np.int64), unknown
+
+    def decode(self, internal: int) -> Any:
+        """The external id of an internal one."""
+        return self.ids[int(internal) - self.start]
