@@ -4,16 +4,11 @@ import numpy as np
 import pytest
 import torch
 
+from seqrec.data.candidates import _gumbel_top_n, item_popularity, sample_negatives
 from seqrec.data.preprocess import Sequences, preprocess
 from seqrec.data.split import leave_one_out
 from seqrec.data.synthetic import synthetic_interactions
-from seqrec.evaluate import (
-    _gumbel_top_n,
-    evaluate,
-    item_popularity,
-    pad_histories,
-    sample_negatives,
-)
+from seqrec.evaluate import evaluate, pad_histories
 from seqrec.models.baselines import Popularity
 
 

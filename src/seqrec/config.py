@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from seqrec.data.settings import DataConfig, EvalConfig
 from seqrec.errors import ConfigError
 
 __all__ = [
@@ -30,33 +31,6 @@ __all__ = [
     "parse_override",
     "resolve_config",
 ]
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    """How a raw file becomes a prepared dataset (BERT4Rec §4.1, SASRec §IV-A)."""
-
-    format: str | None = None  # reader name; None = from the file name
-    # k-core: users / items with fewer interactions are dropped (both papers: 5). None: 5 for a
-    # raw log; no filter for a `user item` file (the papers' format), which is a published,
-    # already-filtered dataset that a second k-core would shrink (e.g. Beauty). A number applies.
-    min_user_interactions: int | None = None
-    min_item_interactions: int | None = None
-    user_col: str = "user"  # generic csv/parquet only
-    item_col: str = "item"
-    time_col: str | None = "timestamp"  # None: rows already in time order per user
-    separator: str = ","
-
-
-@dataclass(frozen=True)
-class EvalConfig:
-    """Candidate protocols and metrics (BERT4Rec §4.2, SASRec §IV-D)."""
-
-    protocols: tuple[str, ...] = ("full", "uni100", "pop100")
-    ks: tuple[int, ...] = (1, 5, 10)
-    n_negatives: int = 100
-    negative_seed: int = 42  # the sampled candidates are drawn once per prepared dataset
-    batch_size: int = 256
 
 
 @dataclass(frozen=True)

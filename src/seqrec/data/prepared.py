@@ -23,14 +23,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 import torch
 
-from seqrec.config import DataConfig, EvalConfig
 from seqrec.data import download
+from seqrec.data.candidates import PROTOCOLS, SAMPLED_PROTOCOLS, item_popularity, sample_negatives
 from seqrec.data.io import detect_format, read_interactions
 from seqrec.data.preprocess import (
     Preprocessed,
@@ -40,18 +40,13 @@ from seqrec.data.preprocess import (
     kcore_mask,
     preprocess,
 )
+from seqrec.data.settings import DataConfig, EvalConfig
 from seqrec.data.split import LeaveOneOut, Split, leave_one_out
 from seqrec.errors import DataError
-from seqrec.evaluate import (
-    PROTOCOLS,
-    SAMPLED_PROTOCOLS,
-    EvalReport,
-    Scorer,
-    evaluate,
-    item_popularity,
-    sample_negatives,
-)
 from seqrec.metrics import DEFAULT_KS
+
+if TYPE_CHECKING:
+    from seqrec.evaluate import EvalReport, Scorer
 
 __all__ = [
     "FORMAT_VERSION",
@@ -111,7 +106,10 @@ class PreparedDataset:
         device: str | torch.device = "cpu",
         progress: bool = False,
     ) -> EvalReport:
-        """Evaluate a scorer on one split against this dataset's stored candidates."""
+        """Evaluate a scorer on one split against this dataset's stored candidates (a shortcut to
+        `seqrec.evaluate.evaluate`, imported here so that the data layer does not depend on it)."""
+        from seqrec.evaluate import evaluate
+
         return evaluate(
             scorer,
             self.split.eval_set(split),
