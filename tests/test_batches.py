@@ -365,3 +365,22 @@ def test_packed_cloze_negatives_avoid_their_own_sample() -> None:
         user = (b.targets - 1) // 10  # every item tells whose sequence it is
         for u, negs in zip(user.tolist(), b.negatives.tolist(), strict=True):
             assert not set(negs) & set(lists[u])
+
+
+def test_popularity_negatives_follow_the_weights_and_skip_seen_and_weightless_items() -> None:
+    rng = np.random.default_rng(0)
+    weights = np.array([0.0, 1.0, 2.0, 0.0, 4.0, 1.0])  # item 3 has no weight: never drawn
+    cdf = np.cumsum(weights) / weights.sum()
+    seqs = np.array([[0, 1], [0, 0]])  # sample 0 holds item 1; sample 1 holds nothing
+    n = 40_000  # rows per sample: frequencies within ~0.002 (one standard deviation)
+    rows = np.array([0] * n + [1] * n)
+    out = draw_negatives(rng, seqs, rows, 5, 5, cdf)
+    assert not (out[:n] == 1).any() and not (out == 3).any() and not (out == 0).any()
+    # sample 1: items 1, 2, 4, 5 in proportion 1 : 2 : 4 : 1; sample 0: 2, 4, 5 as 2 : 4 : 1
+    freq1 = np.bincount(out[n:].ravel(), minlength=6)[[1, 2, 4, 5]] / out[n:].size
+    assert np.allclose(freq1, [1 / 8, 2 / 8, 4 / 8, 1 / 8], atol=0.01)
+    freq0 = np.bincount(out[:n].ravel(), minlength=6)[[2, 4, 5]] / out[:n].size
+    assert np.allclose(freq0, [2 / 7, 4 / 7, 1 / 7], atol=0.01)
+    # a sequence holding every item with weight: refused, not an endless redraw
+    with pytest.raises(ValueError, match="holds every item"):
+        draw_negatives(rng, np.array([[1, 2, 4, 5]]), np.array([0]), 1, 5, cdf)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -243,3 +244,29 @@ def test_user_models_refuse_packed_rows_and_have_their_own_sections(
     with pytest.raises(ConfigError, match=r"\[caser\] is a section of model 'caser'"):
         load_config(RunConfig, None, ['model="fpmc"', "caser.window=3"])
     assert math.isfinite(default_config("bpr-mf").bpr_mf.init_std)
+
+
+def test_popularity_negatives_are_a_next_item_option(toy: PreparedDataset, tmp_path: Path) -> None:
+    from seqrec.registry import entry
+
+    counts = np.bincount(toy.split.train.items, minlength=toy.n_items + 1)[1:]
+
+    def drawn(mode: str) -> np.ndarray:
+        cfg = _config("bpr-mf", f'train.negative_sampling="{mode}"', "train.n_negatives=50")
+        batches = entry("bpr-mf").batches(cfg, toy).epoch(0)
+        negs = np.concatenate(
+            [b.negatives.numpy().ravel() for b in batches if b.negatives is not None]
+        )
+        return np.bincount(negs, minlength=toy.n_items + 1)[1:]
+
+    # popularity: drawn in proportion to the training counts (less the users' own items);
+    # uniform: popular items are drawn less, being in more users' sequences
+    assert np.corrcoef(drawn("popularity"), counts)[0, 1] > 0.5
+    assert np.corrcoef(drawn("uniform"), counts)[0, 1] < 0
+    with pytest.raises(ConfigError, match="needs the next-item task; bert4rec has none"):
+        fit(
+            toy,
+            _config("bert4rec", 'train.loss="bce"', 'train.negative_sampling="popularity"'),
+            tmp_path / "b",
+            progress=False,
+        )

@@ -74,6 +74,11 @@ class TrainConfig:
     # sequence, shared by its positions: one matmul instead of a (M, k, D) gather, ~10x faster
     # at k = 256 on a CPU (SASRec only).
     negatives_per: Literal["position", "sequence"] = "position"
+    # How negatives are drawn (next-item task): "uniform" over the items not in the sequence
+    # (SASRec's random_neq, BPR), or "popularity": in proportion to the training counts, as the
+    # other sessions' targets of GRU4Rec's mini-batches are; the models then learn to rank
+    # beyond popularity, which is what pop100 (popularity-sampled candidates) measures.
+    negative_sampling: Literal["uniform", "popularity"] = "uniform"
     gbce_t: float = 0.75  # gBCE calibration t (Petrov & Macdonald 2023's default)
     logq: bool = False  # sampled_softmax: subtract log(k q(j)) from each negative's score
     # bce/gbce: add log(beta / k) to every score, so training starts where the positive and the

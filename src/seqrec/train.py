@@ -62,6 +62,17 @@ def loss_spec(cfg: RunConfig, n_items: int) -> LossSpec:
         raise ConfigError(
             f'train.negatives_per = "sequence" needs the next-item task; {cfg.model} has none'
         )
+    if t.negative_sampling == "popularity" and t.loss != "ce":
+        if task is None:
+            raise ConfigError(
+                f'train.negative_sampling = "popularity" needs the next-item task; {cfg.model} '
+                "has none"
+            )
+        if t.logq:
+            raise ConfigError(
+                "train.logq corrects for uniform negatives; it does not combine with "
+                'train.negative_sampling = "popularity"'
+            )
     if t.negatives_per == "sequence" and t.loss != "ce" and task is not None and task.pack:
         raise ConfigError('next_item.pack does not combine with train.negatives_per = "sequence"')
     return LossSpec(

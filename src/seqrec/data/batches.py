@@ -160,8 +160,11 @@ def draw_negatives(
     rows: np.ndarray,
     k: int,
     n_items: int,
+    cdf: np.ndarray | None = None,
 ) -> np.ndarray:
-    """k items per target position, uniform over the items absent from that position's sequence.
+    """k items per target position, among the items absent from that position's sequence:
+    uniform, or in proportion to weights given as their (n_items + 1,) cumulative distribution
+    `cdf` (index 0, padding, and zero-weight items are never drawn).
 
     sequences (B, W): each sample's items (0 = padding); rows (M,): the sample of each target
     position. Returns (M, k) in 1..n_items. Rejection sampling, vectorised: draw, redraw the
@@ -171,12 +174,20 @@ def draw_negatives(
     seen = np.zeros((sequences.shape[0], n_items + 1), dtype=bool)
     seen[np.arange(sequences.shape[0])[:, None], sequences] = True
     seen[:, 0] = True
+    if cdf is not None:
+        seen |= np.diff(cdf, prepend=0.0)[None, :] <= 0  # weight 0: never a negative
+
+    def draw(size: int | tuple[int, int]) -> np.ndarray:
+        if cdf is None:
+            return rng.integers(1, n_items + 1, size=size)
+        return np.minimum(np.searchsorted(cdf, rng.random(size), side="right"), n_items)
+
     if seen[np.unique(rows)].all(axis=1).any():
         raise ValueError("a sequence holds every item: no negative can be drawn for it")
-    out = rng.integers(1, n_items + 1, size=(len(rows), k))
+    out = draw((len(rows), k))
     bad = seen[rows[:, None], out]
     while bad.any():
-        out[bad] = rng.integers(1, n_items + 1, size=int(bad.sum()))
+        out[bad] = draw(int(bad.sum()))
         bad = seen[rows[:, None], out]
     return out
 
@@ -398,7 +409,10 @@ class NextItemSampler:
         seed: int = 0,
         n_negatives: int = 1,
         negatives_per: str = "position",
+        negative_weights: np.ndarray | None = None,
     ) -> None:
+        """`negative_weights` (n_items + 1,): draw negatives in proportion to these (e.g. the
+        training counts) instead of uniformly."""
         self.cfg = cfg = cfg or NextItemConfig()
         if negatives_per not in ("position", "sequence"):
             raise ValueError(f"negatives_per must be position or sequence, got {negatives_per!r}")
@@ -410,6 +424,11 @@ class NextItemSampler:
         self.batch_size = batch_size
         self.seed = seed
         self.n_negatives = n_negatives  # per position, absent from the user's training sequence
+        self.cdf = None
+        if negative_weights is not None:
+            w = np.asarray(negative_weights, dtype=np.float64).copy()
+            w[0] = 0.0
+            self.cdf = np.cumsum(w) / w.sum()
         # a sample needs one (input, target) pair: windows over the T - 1 pairs of each user
         lengths = train.lengths
         keep = np.flatnonzero(lengths >= 2)
@@ -454,7 +473,9 @@ class NextItemSampler:
             # per sequence: (B, k), shared by its positions; per position: (M, k)
             per_sequence = self.negatives_per == "sequence"
             rows = np.arange(len(window)) if per_sequence else sample[positions]
-            negatives = draw_negatives(rng, seen, rows, self.n_negatives, self.train.n_items)
+            negatives = draw_negatives(
+                rng, seen, rows, self.n_negatives, self.train.n_items, self.cdf
+            )
         packed = self.cfg.pack
         return Batch(
             inputs=torch.from_numpy(inputs),

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -114,12 +115,17 @@ def next_item_batches(cfg: RunConfig, ds: PreparedDataset, max_len: int) -> Samp
     from seqrec.data.batches import NextItemSampler
 
     t = cfg.train
+    train = ds.split.train
+    popularity = t.negative_sampling == "popularity"
     return NextItemSampler(
-        ds.split.train,
+        train,
         max_len=max_len,
         cfg=cfg.next_item,
         batch_size=t.batch_size,
         seed=t.seed,
         n_negatives=t.n_negatives if t.loss != "ce" else 0,
         negatives_per=t.negatives_per,
+        negative_weights=np.bincount(train.items, minlength=train.n_items + 1)
+        if popularity
+        else None,
     )
