@@ -164,11 +164,15 @@ def train_or_reuse(
 
 
 def budgeted_row(spec: str) -> tuple[str, str, str, Any]:
-    """A results row given as NAME=CONFIG:BUDGET (e.g. "bert4rec=beauty-bert4rec:30m") ->
-    (name, config, budget, the config's RunConfig with that time budget)."""
+    """A results row given as NAME=CONFIG:BUDGET[:KEY=VALUE,...] (e.g.
+    "bert4rec=beauty-bert4rec:30m", "bpr-mf-pop=ml-1m-bpr-mf:5m:train.negative_sampling=popularity")
+    -> (name, config with its overrides as written, budget, the config's RunConfig with those
+    overrides and that budget)."""
     from seqrec.config import RunConfig, load_config
 
     name, _, rest = spec.partition("=")
-    config, _, budget = rest.partition(":")
-    cfg = load_config(RunConfig, config, [f"train.time_budget={json.dumps(budget)}"])
-    return name, config, budget, cfg
+    config, _, rest = rest.partition(":")
+    budget, _, sets = rest.partition(":")
+    overrides = [s for s in sets.split(",") if s]
+    cfg = load_config(RunConfig, config, [*overrides, f"train.time_budget={json.dumps(budget)}"])
+    return name, " ".join([config, *overrides]), budget, cfg

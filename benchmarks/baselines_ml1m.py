@@ -5,7 +5,7 @@ with the acceptance bar of issue 16 (its HR@10 and NDCG@10 minus 0.02) and SASRe
 (uni100).
 
     python benchmarks/baselines_ml1m.py [--data-dir DIR] [--runs-dir DIR]
-        [--row gru4rec=ml-1m-gru4rec:10m ...] [--name baselines_ml1m]
+        [--row gru4rec=ml-1m-gru4rec:10m[:key=value,...] ...] [--name baselines_ml1m]
 
 A finished run in RUNS_DIR/ml1m-<row> is reported as it was trained (if its config is the
 requested one), an interrupted one is resumed.
@@ -50,7 +50,8 @@ def main() -> None:
         out = runs_dir(args.runs_dir) / f"ml1m-{name.replace('+', '-plus')}"
         m, _ = train_or_reuse(ds, cfg, out, src)
         runs.append(out)
-        model = name.removesuffix("-top1")  # gru4rec-top1: the paper's GRU4Rec
+        # a probe of a row (gru4rec-top1, bpr-mf-pop) is compared with the paper's row
+        model = name.removesuffix("-top1").removesuffix("-pop")
         paper = PAPER_BASELINES_ML1M.get(model, ("", {}))[1]
         p100 = m["test"]["pop100"]
         rows[name] = {
