@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from seqrec.checkpoint import read_config
+from seqrec.checkpoint import CHECKPOINT, CONFIG, METRICS, read_config
 from seqrec.config import RunConfig, config_diff, load_config
 from seqrec.data.prepared import prepare
 from seqrec.errors import ConfigError
@@ -270,18 +270,18 @@ def run_experiment(
         for seed in spec.seeds:
             cfg = spec.config(point, seed)
             out = root / f"{_slug(point.label)}-s{seed}"
-            if (out / "config.json").exists():
+            if (out / CONFIG).exists():
                 diff = config_diff(read_config(out), cfg)
                 if diff:
                     raise ConfigError(
                         f"{out}: holds a run of another config ({'; '.join(diff)}); "
                         "move it away or change the spec back"
                     )
-            if (out / "metrics.json").exists():
-                metrics = json.loads((out / "metrics.json").read_text())
+            if (out / METRICS).exists():
+                metrics = json.loads((out / METRICS).read_text())
             else:
                 ds = prepare(data, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=progress)
-                resume = (out / "checkpoint.pt").exists()
+                resume = (out / CHECKPOINT).exists()
                 metrics = fit(
                     ds, cfg, out, resume=resume, progress=progress, source={"data": str(data)}
                 ).metrics
@@ -298,7 +298,7 @@ def run_experiment(
                     "train_time_s": metrics["train_time_s"],
                     "cpu_util": metrics.get("cpu_util"),
                     "trained_at": metrics.get("git_commit"),
-                    "config": json.loads((out / "config.json").read_text()),
+                    "config": json.loads((out / CONFIG).read_text()),
                     "run_dir": str(out),
                 }
             )
