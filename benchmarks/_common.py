@@ -26,9 +26,11 @@ RESULTS = Path(__file__).parent / "results"
 def run_record(run_dir: Path) -> dict[str, Any]:
     """What a results file records of one training run, read from its run directory."""
     run_dir = Path(run_dir)
-    config = json.loads((run_dir / "config.json").read_text())
+    from seqrec.checkpoint import CONFIG, METRICS
+
+    config = json.loads((run_dir / CONFIG).read_text())
     source = config.pop("source", {})
-    metrics_path = run_dir / "metrics.json"
+    metrics_path = run_dir / METRICS
     metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else {}
     commit = str(metrics.get("git_commit", "unknown"))
     diff = run_dir / "code.diff"
@@ -146,20 +148,15 @@ def train_or_reuse(
     """The run in `out`: a finished one is reported as it was trained, an interrupted one is
     resumed, else it is trained; a run whose config differs from `cfg` is refused (one line
     naming the differing keys). Returns its metrics and its per-epoch log."""
-    from seqrec.checkpoint import read_config
-    from seqrec.config import config_diff
-    from seqrec.train import fit
+    from seqrec.checkpoint import LOG
+    from seqrec.errors import ConfigError
+    from seqrec.train import train_or_reuse as reuse
 
-    if (out / "config.json").exists():
-        diff = config_diff(read_config(out), cfg)
-        if diff:
-            sys.exit(f"{out}: holds a run of another config ({'; '.join(diff)}); not reused")
-    if (out / "metrics.json").exists():
-        metrics = json.loads((out / "metrics.json").read_text())
-    else:
-        resume = (out / "checkpoint.pt").exists()
-        metrics = fit(ds, cfg, out, resume=resume, source={"data": str(src)}).metrics
-    log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    try:
+        metrics = reuse(out, cfg, ds, source={"data": str(src)})
+    except ConfigError as e:
+        sys.exit(str(e))
+    log = [json.loads(line) for line in (out / LOG).read_text().splitlines()]
     return metrics, log
 
 

@@ -36,11 +36,12 @@ import statistics
 import sys
 import tomllib
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from seqrec.checkpoint import CHECKPOINT, CONFIG, METRICS, read_config
-from seqrec.config import RunConfig, config_diff, load_config
+from seqrec.checkpoint import CONFIG
+from seqrec.config import RunConfig, load_config
 from seqrec.data.prepared import prepare
 from seqrec.errors import ConfigError
 from seqrec.provenance import atomic_write, git_commit, machine, write_json
@@ -261,7 +262,7 @@ def run_experiment(
     command: str = "",
 ) -> Path:
     """Train (or reuse) every point x seed; rewrite the results after each; return the JSON."""
-    from seqrec.train import fit
+    from seqrec.train import train_or_reuse
 
     root = runs_dir / spec.name
     root.mkdir(parents=True, exist_ok=True)
@@ -270,21 +271,13 @@ def run_experiment(
         for seed in spec.seeds:
             cfg = spec.config(point, seed)
             out = root / f"{_slug(point.label)}-s{seed}"
-            if (out / CONFIG).exists():
-                diff = config_diff(read_config(out), cfg)
-                if diff:
-                    raise ConfigError(
-                        f"{out}: holds a run of another config ({'; '.join(diff)}); "
-                        "move it away or change the spec back"
-                    )
-            if (out / METRICS).exists():
-                metrics = json.loads((out / METRICS).read_text())
-            else:
-                ds = prepare(data, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=progress)
-                resume = (out / CHECKPOINT).exists()
-                metrics = fit(
-                    ds, cfg, out, resume=resume, progress=progress, source={"data": str(data)}
-                ).metrics
+            metrics = train_or_reuse(
+                out,
+                cfg,
+                partial(prepare, data, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=progress),
+                source={"data": str(data)},
+                progress=progress,
+            )
             rows.append(
                 {
                     "label": point.label,

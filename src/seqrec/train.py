@@ -48,6 +48,7 @@ __all__ = [
     "resolve_device",
     "resolve_precision",
     "setup",
+    "train_or_reuse",
     "train_step",
 ]
 
@@ -277,6 +278,34 @@ def fit(
     run_dir = Path(out)
     with ckpt.run_lock(run_dir):
         return _fit(ds, cfg, run_dir, resume=resume, progress=progress, source=source)
+
+
+def train_or_reuse(
+    out: Path,
+    cfg: RunConfig,
+    ds: PreparedDataset | Callable[[], PreparedDataset],
+    *,
+    source: dict[str, Any] | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """The metrics of the run in `out` for `cfg`: a finished run's, as it was trained; an
+    interrupted one's after resuming it; else a new run's. A run of another config is refused in
+    one line naming the differing keys. `ds` may be a function that prepares the data, called
+    only when there is training to do (sweeps and benchmarks that reuse finished runs)."""
+    from seqrec.config import config_diff
+
+    if (out / ckpt.CONFIG).exists():
+        diff = config_diff(ckpt.read_config(out), cfg)
+        if diff:
+            raise ConfigError(
+                f"{out}: holds a run of another config ({'; '.join(diff)}); "
+                "move it away or change the config back"
+            )
+    if (out / ckpt.METRICS).exists():
+        return dict(json.loads((out / ckpt.METRICS).read_text()))
+    data = ds() if callable(ds) else ds
+    resume = (out / ckpt.CHECKPOINT).exists()
+    return fit(data, cfg, out, resume=resume, progress=progress, source=source).metrics
 
 
 def _fit(
