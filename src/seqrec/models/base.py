@@ -24,12 +24,21 @@ import numpy as np
 import torch
 from torch import nn
 
+from seqrec.errors import ConfigError
+
 if TYPE_CHECKING:
     from seqrec.config import RunConfig
     from seqrec.data.batches import Batch
     from seqrec.data.prepared import PreparedDataset
 
-__all__ = ["ModelEntry", "Sampler", "SequenceModel", "next_item_batches"]
+__all__ = [
+    "BASELINE_TRAIN",
+    "ModelEntry",
+    "Sampler",
+    "SequenceModel",
+    "next_item_batches",
+    "whole_row_batches",
+]
 
 
 class SequenceModel(nn.Module, ABC):
@@ -49,9 +58,10 @@ class SequenceModel(nn.Module, ABC):
     def max_len(self) -> int:
         """How many most-recent items `score` reads."""
 
-    @abstractmethod
     def output_features(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(..., D) hidden states -> (..., D) features the output layer multiplies."""
+        """(..., D) hidden states -> (..., D) features the output layer multiplies (the hidden
+        states themselves unless a model has an output transform, as BERT4Rec does)."""
+        return hidden
 
     @abstractmethod
     def output_weights(self) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -129,3 +139,28 @@ def next_item_batches(cfg: RunConfig, ds: PreparedDataset, max_len: int) -> Samp
         if popularity
         else None,
     )
+
+
+def whole_row_batches(model: str, section: str) -> Callable[[RunConfig, PreparedDataset], Sampler]:
+    """The next-item batches of a model that reads each row as one user's whole sequence (a GRU, a
+    per-user term): unpacked, windows of `cfg.<section>.max_len` items."""
+
+    def batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
+        if cfg.next_item.pack:
+            raise ConfigError(f"{model}: next_item.pack must be false (each row is one user's)")
+        return next_item_batches(cfg, ds, getattr(cfg, section).max_len)
+
+    return batches
+
+
+# The baselines' recipe where it differs from TrainConfig's (BERT4Rec's): plain Adam at 1e-3
+# without the transformer's warm-up, decay, clipping or weight decay; each model adds its loss
+BASELINE_TRAIN: Mapping[str, Any] = {
+    "lr": 1e-3,
+    "eps": 1e-8,
+    "weight_decay": 0.0,
+    "warmup_steps": 0,
+    "decay": "none",
+    "clip_norm": 0.0,
+    "batch_size": 128,
+}

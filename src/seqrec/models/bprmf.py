@@ -15,18 +15,12 @@ out, `SequenceModel.uses_users`), so its ranking is the learned item bias: a pop
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from seqrec.data.batches import NextItemConfig
-from seqrec.errors import ConfigError
-from seqrec.models.base import ModelEntry, Sampler, SequenceModel, next_item_batches
-
-if TYPE_CHECKING:
-    from seqrec.config import RunConfig
-    from seqrec.data.prepared import PreparedDataset
+from seqrec.models.base import BASELINE_TRAIN, ModelEntry, SequenceModel, whole_row_batches
 
 __all__ = ["ENTRY", "BPRMF", "BPRMFConfig", "user_rows"]
 
@@ -78,9 +72,6 @@ class BPRMF(SequenceModel):
         p = self.user_emb(user_rows(users, self.n_users, input_ids))  # (B, D)
         return p[:, None, :].expand(-1, input_ids.shape[1], -1)
 
-    def output_features(self, hidden: torch.Tensor) -> torch.Tensor:
-        return hidden
-
     def output_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.item_emb.weight[1:], self.item_bias
 
@@ -90,27 +81,15 @@ class BPRMF(SequenceModel):
         return self.user_emb(user_rows(users, self.n_users, histories))
 
 
-def _batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
-    if cfg.next_item.pack:
-        raise ConfigError("bpr-mf: next_item.pack must be false (each row is one user's)")
-    return next_item_batches(cfg, ds, cfg.bpr_mf.max_len)
-
-
 # Rendle et al. train by SGD on sampled triples; here Adam (seqrec's one optimiser), one uniform
 # negative per positive, ℓ2 as decoupled weight decay
 ENTRY = ModelEntry(
     name="bpr-mf",
     sections={"bpr_mf": BPRMFConfig, "next_item": NextItemConfig},
     build=lambda n_items, n_users, cfg: BPRMF(n_items, n_users, cfg.bpr_mf),
-    batches=_batches,
+    batches=whole_row_batches("bpr-mf", "bpr_mf"),
     train_defaults={
-        "lr": 1e-3,
-        "eps": 1e-8,
-        "weight_decay": 0.0,
-        "warmup_steps": 0,
-        "decay": "none",
-        "clip_norm": 0.0,
-        "batch_size": 128,
+        **BASELINE_TRAIN,
         "loss": "bpr",
         "n_negatives": 1,
     },

@@ -16,7 +16,6 @@ A history of a user the model never saw has no P_u: its user term is left out (z
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -24,12 +23,8 @@ from torch import nn
 
 from seqrec.data.batches import NextItemConfig
 from seqrec.errors import ConfigError
-from seqrec.models.base import ModelEntry, Sampler, SequenceModel, next_item_batches
+from seqrec.models.base import BASELINE_TRAIN, ModelEntry, SequenceModel, whole_row_batches
 from seqrec.models.bprmf import user_rows
-
-if TYPE_CHECKING:
-    from seqrec.config import RunConfig
-    from seqrec.data.prepared import PreparedDataset
 
 __all__ = ["ENTRY", "Caser", "CaserConfig"]
 
@@ -94,9 +89,6 @@ class Caser(SequenceModel):
         p = self.user_emb(user_rows(users, self.n_users, input_ids))  # (B, d)
         return torch.cat([z.reshape(B, T, d), p[:, None, :].expand(B, T, d)], dim=-1)
 
-    def output_features(self, hidden: torch.Tensor) -> torch.Tensor:
-        return hidden
-
     def output_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.out_emb.weight[1:], self.out_bias
 
@@ -106,27 +98,16 @@ class Caser(SequenceModel):
         return self.forward(histories[:, -self.cfg.window :], users)[:, -1]
 
 
-def _batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
-    if cfg.next_item.pack:
-        raise ConfigError("caser: next_item.pack must be false (each row is one user's)")
-    return next_item_batches(cfg, ds, cfg.caser.max_len)
-
-
 # the original code's recipe: Adam, lr 1e-3, ℓ2 1e-6 (here decoupled weight decay), BCE with 3
 # negatives per target
 ENTRY = ModelEntry(
     name="caser",
     sections={"caser": CaserConfig, "next_item": NextItemConfig},
     build=lambda n_items, n_users, cfg: Caser(n_items, n_users, cfg.caser),
-    batches=_batches,
+    batches=whole_row_batches("caser", "caser"),
     train_defaults={
-        "lr": 1e-3,
-        "eps": 1e-8,
+        **BASELINE_TRAIN,
         "weight_decay": 1e-6,
-        "warmup_steps": 0,
-        "decay": "none",
-        "clip_norm": 0.0,
-        "batch_size": 128,
         "loss": "bce",
         "n_negatives": 3,
     },

@@ -14,19 +14,13 @@ left out, so it is scored by the Markov chain from its last item (FMC).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from seqrec.data.batches import NextItemConfig
-from seqrec.errors import ConfigError
-from seqrec.models.base import ModelEntry, Sampler, SequenceModel, next_item_batches
+from seqrec.models.base import BASELINE_TRAIN, ModelEntry, SequenceModel, whole_row_batches
 from seqrec.models.bprmf import user_rows
-
-if TYPE_CHECKING:
-    from seqrec.config import RunConfig
-    from seqrec.data.prepared import PreparedDataset
 
 __all__ = ["ENTRY", "FPMC", "FPMCConfig"]
 
@@ -78,9 +72,6 @@ class FPMC(SequenceModel):
         p = self.user_emb(user_rows(users, self.n_users, input_ids))  # (B, D)
         return torch.cat([p[:, None, :].expand_as(chain), chain], dim=-1)
 
-    def output_features(self, hidden: torch.Tensor) -> torch.Tensor:
-        return hidden
-
     def output_weights(self) -> tuple[torch.Tensor, None]:
         if not self.cfg.user_term:
             return self.next_emb.weight[1:], None
@@ -92,27 +83,15 @@ class FPMC(SequenceModel):
         return self.forward(histories[:, -1:], users)[:, -1]
 
 
-def _batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
-    if cfg.next_item.pack:
-        raise ConfigError("fpmc: next_item.pack must be false (each row is one user's)")
-    return next_item_batches(cfg, ds, cfg.fpmc.max_len)
-
-
 # Rendle et al. learn by SGD on sampled quadruples with ℓ2; here Adam (seqrec's one optimiser),
 # one uniform negative per transition, ℓ2 as decoupled weight decay
 ENTRY = ModelEntry(
     name="fpmc",
     sections={"fpmc": FPMCConfig, "next_item": NextItemConfig},
     build=lambda n_items, n_users, cfg: FPMC(n_items, n_users, cfg.fpmc),
-    batches=_batches,
+    batches=whole_row_batches("fpmc", "fpmc"),
     train_defaults={
-        "lr": 1e-3,
-        "eps": 1e-8,
-        "weight_decay": 0.0,
-        "warmup_steps": 0,
-        "decay": "none",
-        "clip_norm": 0.0,
-        "batch_size": 128,
+        **BASELINE_TRAIN,
         "loss": "bpr",
         "n_negatives": 1,
     },

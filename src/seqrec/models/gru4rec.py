@@ -18,19 +18,13 @@ the same loss; what differs is the gradient's truncation and the negative distri
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from seqrec.data.batches import NextItemConfig
-from seqrec.errors import ConfigError
-from seqrec.models.base import ModelEntry, Sampler, SequenceModel, next_item_batches
-
-if TYPE_CHECKING:
-    from seqrec.config import RunConfig
-    from seqrec.data.prepared import PreparedDataset
+from seqrec.models.base import BASELINE_TRAIN, ModelEntry, SequenceModel, whole_row_batches
 
 __all__ = ["ENTRY", "GRU4Rec", "GRU4RecConfig"]
 
@@ -85,9 +79,6 @@ class GRU4Rec(SequenceModel):
         h = h.gather(1, ((cols - shift) % L)[..., None].expand(B, L, h.shape[-1]))  # back right
         return self.dropout(h * (input_ids != 0)[..., None])
 
-    def output_features(self, hidden: torch.Tensor) -> torch.Tensor:
-        return hidden
-
     def output_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.out_emb.weight[1:], self.out_bias
 
@@ -98,12 +89,6 @@ class GRU4Rec(SequenceModel):
         return self.forward(histories[:, -self.max_len :])[:, -1]
 
 
-def _next_item_batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
-    if cfg.next_item.pack:
-        raise ConfigError("gru4rec: next_item.pack must be false (a GRU reads whole rows)")
-    return next_item_batches(cfg, ds, cfg.gru4rec.max_len)
-
-
 # the registry entry: GRU4Rec+'s recipe where it differs from TrainConfig's (BERT4Rec's): Adagrad
 # in the papers, Adam here (seqrec's one optimiser), lr 1e-3, no weight decay, BPR-max with 64
 # sampled negatives (GRU4Rec+ §4: BPR-max with additional negative samples)
@@ -111,15 +96,9 @@ ENTRY = ModelEntry(
     name="gru4rec",
     sections={"gru4rec": GRU4RecConfig, "next_item": NextItemConfig},
     build=lambda n_items, n_users, cfg: GRU4Rec(n_items, cfg.gru4rec),
-    batches=_next_item_batches,
+    batches=whole_row_batches("gru4rec", "gru4rec"),
     train_defaults={
-        "lr": 1e-3,
-        "eps": 1e-8,
-        "weight_decay": 0.0,
-        "warmup_steps": 0,
-        "decay": "none",
-        "clip_norm": 0.0,
-        "batch_size": 128,
+        **BASELINE_TRAIN,
         "loss": "bpr_max",
         "n_negatives": 64,
     },

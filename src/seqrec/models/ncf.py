@@ -25,7 +25,7 @@ from torch import nn
 
 from seqrec.data.batches import NextItemConfig
 from seqrec.errors import ConfigError
-from seqrec.models.base import ModelEntry, Sampler, SequenceModel, next_item_batches
+from seqrec.models.base import BASELINE_TRAIN, ModelEntry, Sampler, SequenceModel, whole_row_batches
 from seqrec.models.bprmf import user_rows
 
 if TYPE_CHECKING:
@@ -89,9 +89,6 @@ class NCF(SequenceModel):
         u = self.user_vector(input_ids, users)
         return u[:, None, :].expand(-1, input_ids.shape[1], -1)
 
-    def output_features(self, hidden: torch.Tensor) -> torch.Tensor:
-        return hidden
-
     def output_weights(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         raise ConfigError("ncf scores (user, item) pairs with an MLP; it has no output layer")
 
@@ -123,15 +120,13 @@ class NCF(SequenceModel):
 
 
 def _batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
-    if cfg.next_item.pack:
-        raise ConfigError("ncf: next_item.pack must be false (each row is one user's)")
     t = cfg.train
     if t.loss == "ce" or t.negatives_per != "position" or t.n_negatives < 1:
         raise ConfigError(
             "ncf: train.loss must be a sampled loss (bce, bpr, ...) with negatives per position "
             "(its MLP scores (user, item) pairs; a softmax over every item is not built)"
         )
-    return next_item_batches(cfg, ds, cfg.ncf.max_len)
+    return whole_row_batches("ncf", "ncf")(cfg, ds)
 
 
 # NCF §4.1: Adam, the log loss with 4 negatives per positive, lr from {0.0001 .. 0.01}
@@ -141,13 +136,7 @@ ENTRY = ModelEntry(
     build=lambda n_items, n_users, cfg: NCF(n_items, n_users, cfg.ncf),
     batches=_batches,
     train_defaults={
-        "lr": 1e-3,
-        "eps": 1e-8,
-        "weight_decay": 0.0,
-        "warmup_steps": 0,
-        "decay": "none",
-        "clip_norm": 0.0,
-        "batch_size": 128,
+        **BASELINE_TRAIN,
         "loss": "bce",
         "n_negatives": 4,
     },

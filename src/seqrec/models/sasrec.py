@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqrec.data.batches import NextItemConfig
-from seqrec.models.base import ModelEntry, Sampler, SequenceModel, next_item_batches
+from seqrec.models.base import BASELINE_TRAIN, ModelEntry, Sampler, SequenceModel, next_item_batches
 from seqrec.models.dropout import DropoutKind, dropout
 
 if TYPE_CHECKING:
@@ -249,14 +249,8 @@ ENTRY = ModelEntry(
     build=lambda n_items, n_users, cfg: SASRec(n_items, cfg.sasrec),
     batches=_next_item_batches,
     train_defaults={
-        "lr": 1e-3,
+        **BASELINE_TRAIN,  # Adam at 1e-3, batch 128, no schedule (§IV-C)
         "beta2": 0.98,
-        "eps": 1e-8,
-        "weight_decay": 0.0,
-        "warmup_steps": 0,
-        "decay": "none",
-        "clip_norm": 0.0,
-        "batch_size": 128,
         "loss": "bce",
         "n_negatives": 1,
     },

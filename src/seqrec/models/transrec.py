@@ -18,19 +18,13 @@ alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from seqrec.data.batches import NextItemConfig
-from seqrec.errors import ConfigError
-from seqrec.models.base import ModelEntry, Sampler, SequenceModel, next_item_batches
+from seqrec.models.base import BASELINE_TRAIN, ModelEntry, SequenceModel, whole_row_batches
 from seqrec.models.bprmf import user_rows
-
-if TYPE_CHECKING:
-    from seqrec.config import RunConfig
-    from seqrec.data.prepared import PreparedDataset
 
 __all__ = ["ENTRY", "TransRec", "TransRecConfig"]
 
@@ -79,9 +73,6 @@ class TransRec(SequenceModel):
         a = self.points(input_ids) + (self.translation + t_u)[:, None, :]
         return torch.cat([2 * a, torch.ones_like(a[..., :1])], dim=-1)
 
-    def output_features(self, hidden: torch.Tensor) -> torch.Tensor:
-        return hidden
-
     def output_weights(self) -> tuple[torch.Tensor, None]:
         g = self.points()[1:]
         return torch.cat([g, (self.item_bias - (g * g).sum(-1))[:, None]], dim=-1), None
@@ -92,26 +83,14 @@ class TransRec(SequenceModel):
         return self.forward(histories[:, -1:], users)[:, -1]
 
 
-def _batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
-    if cfg.next_item.pack:
-        raise ConfigError("transrec: next_item.pack must be false (each row is one user's)")
-    return next_item_batches(cfg, ds, cfg.transrec.max_len)
-
-
 # He et al. learn by SGD with ℓ2; SASRec's runs used Adam, as here (ℓ2 as decoupled weight decay)
 ENTRY = ModelEntry(
     name="transrec",
     sections={"transrec": TransRecConfig, "next_item": NextItemConfig},
     build=lambda n_items, n_users, cfg: TransRec(n_items, n_users, cfg.transrec),
-    batches=_batches,
+    batches=whole_row_batches("transrec", "transrec"),
     train_defaults={
-        "lr": 1e-3,
-        "eps": 1e-8,
-        "weight_decay": 0.0,
-        "warmup_steps": 0,
-        "decay": "none",
-        "clip_norm": 0.0,
-        "batch_size": 128,
+        **BASELINE_TRAIN,
         "loss": "bpr",
         "n_negatives": 1,
     },
