@@ -147,6 +147,20 @@ def test_caser_reads_exactly_the_last_window_items_and_is_causal() -> None:
     assert m(a, users=torch.tensor([-1]))[0, -1, 8:].abs().sum() == 0
 
 
+def test_caser_convolutions_along_the_sequence_equal_the_2d_ones_image_by_image() -> None:
+    torch.manual_seed(0)
+    m = Caser(30, 4, CaserConfig(window=4, d_model=6, n_v=3, n_h=2, dropout=0.0)).eval()
+    ids = torch.tensor([[0, 0, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 5, 6, 7, 8]])
+    got = m.convolutions(ids)  # (2, 8, 3 * 6 + 2 * 4)
+    padded = torch.nn.functional.pad(ids, (3, 0))
+    for b in range(2):
+        for t in range(8):
+            img = m.item_emb(padded[b, t : t + 4])[None, None]  # (1, 1, L, d): items up to t
+            v = m.conv_v(img).reshape(-1)
+            h = [torch.relu(conv(img)).squeeze(3).amax(dim=2).reshape(-1) for conv in m.conv_h]
+            assert torch.allclose(got[b, t], torch.cat([v, *h]), atol=1e-5), (b, t)
+
+
 def test_the_next_item_batches_carry_each_rows_user() -> None:
     train = Sequences.from_lists([[1, 2, 3], [4], [5, 6, 7, 8], [2, 9]])
     sampler = NextItemSampler(

@@ -68,12 +68,6 @@ class Caser(SequenceModel):
     def max_len(self) -> int:
         return self.cfg.window
 
-    def _windows(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """(B, T) left-padded -> (B, T, L): at each position the L items ending there."""
-        L = self.cfg.window
-        padded = F.pad(input_ids, (L - 1, 0))  # zeros before the first item
-        return padded.unfold(1, L, 1)
-
     def forward(
         self, input_ids: torch.Tensor, users: torch.Tensor | None = None, **layout: torch.Tensor
     ) -> torch.Tensor:
@@ -82,12 +76,33 @@ class Caser(SequenceModel):
             raise ValueError("Caser reads whole rows: next_item.pack must be false")
         B, T = input_ids.shape
         d = self.cfg.d_model
-        img = self.item_emb(self._windows(input_ids)).reshape(B * T, 1, self.cfg.window, d)
-        out_v = self.conv_v(img).reshape(B * T, -1)  # (BT, n_v * d)
-        out_h = [F.relu(conv(img)).squeeze(3).amax(dim=2) for conv in self.conv_h]
-        z = F.relu(self.fc(self.dropout(torch.cat([out_v, *out_h], dim=1))))  # (BT, d)
+        z = F.relu(self.fc(self.dropout(self.convolutions(input_ids))))  # (B, T, d)
         p = self.user_emb(user_rows(users, self.n_users, input_ids))  # (B, d)
-        return torch.cat([z.reshape(B, T, d), p[:, None, :].expand(B, T, d)], dim=-1)
+        return torch.cat([z, p[:, None, :].expand(B, T, d)], dim=-1)
+
+    def convolutions(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """(B, T) -> (B, T, n_v * d + n_h * L): at each position t, Caser's convolutions over the
+        "image" of the L items up to t (zero rows before the first item, as the original code's
+        padding): the vertical filters' outputs, then each height's horizontal ones after ReLU
+        and max-pooling over the image (§3.2).
+
+        Neighbouring images share L - 1 rows, so each filter runs once along the whole sequence
+        (a 1-D convolution) and each image's max is a sliding max over its L - h + 1 outputs: the
+        same numbers as the 2-D convolutions `conv_v` / `conv_h` applied image by image (tested),
+        at a cost that does not grow with L x h."""
+        B, T = input_ids.shape
+        L, d = self.cfg.window, self.cfg.d_model
+        x = self.item_emb(F.pad(input_ids, (L - 1, 0))).transpose(1, 2)  # (B, d, T + L - 1)
+        # vertical: each filter a weighted sum of the image's L rows, every dimension alike
+        w_v = self.conv_v.weight.reshape(-1, 1, L)  # (n_v, 1, L)
+        v = F.conv1d(x.reshape(B * d, 1, T + L - 1), w_v, self.conv_v.bias)  # (B d, n_v, T)
+        outs = [v.reshape(B, d, -1, T).permute(0, 3, 2, 1).reshape(B, T, -1)]
+        for h, conv in enumerate(self.conv_h, start=1):
+            assert isinstance(conv, nn.Conv2d)
+            w = conv.weight.reshape(conv.out_channels, h, d).transpose(1, 2)  # (n_h, d, h)
+            c = F.relu(F.conv1d(x, w, conv.bias))  # (B, n_h, T + L - h)
+            outs.append(F.max_pool1d(c, kernel_size=L - h + 1, stride=1).transpose(1, 2))
+        return torch.cat(outs, dim=-1)
 
     def output_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.out_emb.weight[1:], self.out_bias
