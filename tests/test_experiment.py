@@ -204,5 +204,8 @@ def test_series_sweep_one_axis_per_model_over_shared_values(
     result = json.loads(path.read_text())
     assert [s["series"] for s in result["summary"]] == ["SASRec"] * 2 + ["BERT4Rec"] * 2
     assert path.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+    grid = load_spec("baselines-d-ml1m")  # selection on validation, never on test
+    assert grid.metric.startswith("valid.") and len(grid.points) == 25
+    assert grid.config(grid.points[6], 0).ncf.factors == 32
     fig3 = load_spec("fig3-ml1m")  # the shipped Figure 3: four models x five sizes
     assert len(fig3.points) == 20 and fig3.config(fig3.points[12], 0).gru4rec.hidden == 64
