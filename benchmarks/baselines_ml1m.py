@@ -20,17 +20,23 @@ from _common import budgeted_row, paper_ml1m, runs_dir, train_or_reuse, write_re
 from seqrec.data.prepared import prepare
 from seqrec.reference import PAPER_BASELINES_ML1M, PAPER_BASELINES_ML1M_UNI100
 
+POP = "train.negative_sampling=popularity"
 ROWS = (
     "bpr-mf=ml-1m-bpr-mf:5m",
+    f"bpr-mf-pop=ml-1m-bpr-mf:5m:{POP}",  # the same with popularity negatives
     "ncf=ml-1m-ncf:5m",
+    f"ncf-pop=ml-1m-ncf:5m:{POP}",
     "fmc=ml-1m-fmc:5m",
     "fpmc=ml-1m-fpmc:5m",
+    f"fpmc-pop=ml-1m-fpmc:5m:{POP}",
     "transrec=ml-1m-transrec:5m",
-    "gru4rec-top1=ml-1m-gru4rec-top1:10m",
-    "gru4rec=ml-1m-gru4rec:10m",
+    "gru4rec-top1=ml-1m-gru4rec-top1:10m",  # the paper's GRU4Rec: TOP1, popularity negatives
+    "gru4rec-top1-uni=ml-1m-gru4rec-top1:10m:train.negative_sampling=uniform",
+    "gru4rec-ce=ml-1m-gru4rec:10m",
     "gru4rec+=ml-1m-gru4rec-plus:10m",
     "caser=ml-1m-caser:10m",
 )
+PAPERS = {*PAPER_BASELINES_ML1M, *PAPER_BASELINES_ML1M_UNI100}
 MARGIN = 0.02  # issue 16: each baseline reaches the paper's HR@10 / NDCG@10 minus this
 
 
@@ -50,8 +56,9 @@ def main() -> None:
         out = runs_dir(args.runs_dir) / f"ml1m-{name.replace('+', '-plus')}"
         m, _ = train_or_reuse(ds, cfg, out, src)
         runs.append(out)
-        # a probe of a row (gru4rec-top1, bpr-mf-pop) is compared with the paper's row
-        model = name.removesuffix("-top1").removesuffix("-pop")
+        # a variant of a row (gru4rec-top1, bpr-mf-pop) is compared with its model's paper row:
+        # the longest model name the row's name starts with
+        model = max((m for m in PAPERS if name.startswith(m)), key=len, default=name)
         paper = PAPER_BASELINES_ML1M.get(model, ("", {}))[1]
         p100 = m["test"]["pop100"]
         rows[name] = {
