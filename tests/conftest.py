@@ -67,6 +67,8 @@ def tiny_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "sasrec": ["sasrec.max_len=12", "sasrec.d_model=16", "sasrec.attn_dropout=0.0"],
         "bert4rec": ["bert4rec.max_len=12", "bert4rec.d_model=16", "bert4rec.attn_dropout=0.0"],
         "caser": ["caser.max_len=12", "caser.d_model=16"],  # a model with a per-user term
+        "bpr-mf": ["bpr_mf.d_model=16"],  # one that reads no history (max_len 1)
+        "gru4rec": ["gru4rec.max_len=12", "gru4rec.d_model=16", "gru4rec.hidden=16"],
     }.items():
         cfg = load_config(
             RunConfig, None, [f"model={model!r}", *sets, "train.max_epochs=3", "train.lr=5e-3"]

@@ -12,7 +12,9 @@ import torch
 from seqrec.checkpoint import load_run
 from seqrec.cli import main
 from seqrec.data.prepared import load_prepared
+from seqrec.errors import ConfigError
 from seqrec.evaluate import pad_histories
+from seqrec.export import export_run
 
 
 def _histories(run_dir: Path) -> tuple[torch.Tensor, torch.Tensor]:
@@ -25,8 +27,8 @@ def _histories(run_dir: Path) -> tuple[torch.Tensor, torch.Tensor]:
     return h, run.model.score(h)  # type: ignore[operator]
 
 
-# caser: a model with a per-user term, exported as it scores an anonymous history
-@pytest.mark.parametrize("model", ["sasrec", "bert4rec", "caser"])
+# caser, bpr-mf: models with a per-user term, exported as they score an anonymous history
+@pytest.mark.parametrize("model", ["sasrec", "bert4rec", "caser", "bpr-mf"])
 def test_onnx_top10_equals_pytorch(model: str, tiny_runs: dict[str, Path], tmp_path: Path) -> None:
     ort = pytest.importorskip("onnxruntime")
     out = tmp_path / f"{model}.onnx"
@@ -54,3 +56,19 @@ def test_torchscript_equals_pytorch(tiny_runs: dict[str, Path]) -> None:
     assert torch.equal(torch.topk(got, 10).indices, torch.topk(want, 10).indices)
     assert torch.allclose(got[:, 1:], want[:, 1:], atol=1e-5)
     path.unlink()
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated")
+def test_gru4rec_exports_to_torchscript_and_says_onnx_cannot(
+    tiny_runs: dict[str, Path], tmp_path: Path
+) -> None:
+    run_dir = tiny_runs["gru4rec"]
+    with pytest.raises(
+        ConfigError, match="cannot convert a gru4rec model; export it with --format torchscript"
+    ):
+        export_run(run_dir, "onnx", tmp_path / "g.onnx")
+    assert not (tmp_path / "g.onnx").exists()
+    path = export_run(run_dir, "torchscript", tmp_path / "g.ts")
+    h, want = _histories(run_dir)
+    got = torch.jit.load(str(path))(h)
+    assert torch.equal(torch.topk(got, 10).indices, torch.topk(want, 10).indices)

@@ -142,3 +142,13 @@ def test_the_registry_and_the_model_sections() -> None:
     cloze = load_config(RunConfig, None, ['train.loss="bce"', 'train.negatives_per="sequence"'])
     with pytest.raises(ConfigError, match="needs the next-item task; bert4rec has none"):
         loss_spec(cloze, 10)
+
+
+def test_training_packs_the_rows_and_gives_the_same_states_as_scoring() -> None:
+    m = _model()  # dropout 0: train and eval differ only in packing
+    batch = torch.tensor([[0, 0, 0, 0, 3, 4, 5], [1, 2, 3, 4, 5, 6, 7], [0, 0, 0, 0, 0, 0, 9]])
+    scored = m(batch)  # eval: plain GRU over the left-aligned rows
+    m.train()
+    packed = m(batch)
+    assert torch.allclose(scored, packed, atol=1e-6)
+    assert packed[0, :4].abs().sum() == 0 and packed[2, :6].abs().sum() == 0  # padding: zeros

@@ -52,6 +52,9 @@ class SequenceModel(nn.Module, ABC):
     # False for a model whose score of (user, item) is not a dot product with an output layer
     # (NCF's MLP): the sampled losses then read `pair_logits`, and `score` is its own
     dot_product_output: ClassVar[bool] = True
+    # False where torch's ONNX exporter cannot convert the model (GRU4Rec: nn.GRU); TorchScript
+    # export still works
+    onnx_export: ClassVar[bool] = True
 
     @property
     @abstractmethod

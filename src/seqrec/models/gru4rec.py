@@ -42,6 +42,8 @@ class GRU4RecConfig:
 
 
 class GRU4Rec(SequenceModel):
+    onnx_export = False  # torch 2.13's exporter fails to decompose nn.GRU; TorchScript works
+
     def __init__(self, n_items: int, cfg: GRU4RecConfig | None = None) -> None:
         super().__init__()
         self.cfg = cfg = cfg or GRU4RecConfig()
@@ -71,11 +73,17 @@ class GRU4Rec(SequenceModel):
         shift = (L - lengths)[:, None]
         cols = torch.arange(L, device=input_ids.device)[None, :]
         left = input_ids.gather(1, (cols + shift) % L)
-        packed = pack_padded_sequence(
-            self.item_emb(left), lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False
-        )
-        out, _ = self.gru(packed)
-        h, _ = pad_packed_sequence(out, batch_first=True, total_length=L)  # (B, L, H)
+        if self.training:  # packed: the GRU skips each row's padding (less work, same outputs)
+            packed = pack_padded_sequence(
+                self.item_emb(left),
+                lengths.clamp(min=1).cpu(),
+                batch_first=True,
+                enforce_sorted=False,
+            )
+            out, _ = self.gru(packed)
+            h, _ = pad_packed_sequence(out, batch_first=True, total_length=L)  # (B, L, H)
+        else:  # the padding comes after each row's items, so it cannot reach their states;
+            h, _ = self.gru(self.item_emb(left))  # plain tensors also export to ONNX
         h = h.gather(1, ((cols - shift) % L)[..., None].expand(B, L, h.shape[-1]))  # back right
         return self.dropout(h * (input_ids != 0)[..., None])
 
