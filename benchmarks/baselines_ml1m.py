@@ -35,6 +35,7 @@ ROWS = (
     "gru4rec-ce=ml-1m-gru4rec:10m",
     "gru4rec+=ml-1m-gru4rec-plus:10m",
     "caser=ml-1m-caser:10m",
+    f"caser-pop=ml-1m-caser:10m:{POP}",
 )
 PAPERS = {*PAPER_BASELINES_ML1M, *PAPER_BASELINES_ML1M_UNI100}
 MARGIN = 0.02  # issue 16: each baseline reaches the paper's HR@10 / NDCG@10 minus this
