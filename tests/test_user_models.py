@@ -232,8 +232,12 @@ def test_learns_the_toy_pattern_above_pop(
     mine = rec.recommend_user(user_id, k=5)
     seq = toy.sequences[5]
     assert mine == rec.recommend_encoded([seq], k=5, users=[5])[0]
-    anonymous = rec.recommend([toy.item_ids[i - 1] for i in seq], k=5)
+    history = [toy.item_ids[i - 1] for i in seq]
+    anonymous = rec.recommend(history, k=5)
     assert anonymous == rec.recommend_encoded([seq], k=5)[0] and len(anonymous) == 5
+    # a batch with user ids (a log file): known users get their term, unknown ones none
+    both = rec.recommend_batch([history, history], k=5, users=[user_id, "nobody"])
+    assert both == [mine, anonymous]
     if model == "bpr-mf":  # an anonymous history: the learned item bias, a popularity ranking
         assert mine != anonymous
         bias = run.model.output_weights()[1]

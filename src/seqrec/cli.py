@@ -314,7 +314,9 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     candidates = _id_list(args.candidates) if args.candidates else None
     if args.input:
         users, histories = read_histories(args.input)
-        recs = rec.recommend_batch(histories, args.k, exclude, candidates, progress=not args.quiet)
+        recs = rec.recommend_batch(
+            histories, args.k, exclude, candidates, progress=not args.quiet, users=users
+        )
         path = write_recommendations(args.output, users, recs, rec)
         if rec.dropped:
             print(f"dropped {rec.dropped:,} unknown item ids", file=sys.stderr)

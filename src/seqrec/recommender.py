@@ -184,11 +184,18 @@ class Recommender:
         candidates: Sequence[Any] | None = None,
         *,
         progress: bool = False,
+        users: Sequence[Any] | None = None,
     ) -> list[list[tuple[Any, float]]]:
-        """`recommend` for many histories, scored in batches of `batch_size`."""
+        """`recommend` for many histories, scored in batches of `batch_size`. `users`: each
+        history's user id; those of the training data give the models with a per-user term
+        their user (the others, and every history without `users`, are anonymous)."""
         encoded = [self.encode(h).ids for h in histories]
+        rows = None
+        if users is not None:
+            found = [self.user_index(u) for u in users]
+            rows = [-1 if r is None else r for r in found]
         return self.recommend_encoded(
-            encoded, k, exclude_seen, candidates=candidates, progress=progress
+            encoded, k, exclude_seen, candidates=candidates, progress=progress, users=rows
         )
 
     def recommend_user(
@@ -202,9 +209,10 @@ class Recommender:
         if row is None:
             raise SeqrecError(f"user {user_id!r} is not in the training data")
         # the user's index goes with the history: models with a per-user term use it
-        return self.recommend_encoded([self.dataset.sequences[row]], k, exclude_seen, users=[row])[
-            0
-        ]
+        (recs,) = self.recommend_encoded(
+            [self.dataset.sequences[row]], k, exclude_seen, users=[row]
+        )
+        return recs
 
     def user_index(self, user_id: Any) -> int | None:
         """The internal index of a user of the training data (an int id also matches its string
