@@ -53,10 +53,16 @@ def test_a_sweep_trains_each_point_once_and_writes_results_after_each(
     md = path.with_suffix(".md").read_text()
     assert "| 16 | 1 |" in md and "0.5000" in md
     assert path.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
-    # again: both points reused, not retrained
+    assert "machine: " in md and "trained at another commit" not in md
+    # again: both points reused, not retrained; a point trained by other code says its commit
     stamp = (runs / "sweep" / "8-s0" / "model.pt").stat().st_mtime_ns
+    metrics_path = runs / "sweep" / "8-s0" / "metrics.json"
+    metrics = json.loads(metrics_path.read_text())
+    metrics_path.write_text(json.dumps({**metrics, "git_commit": "0123456789abcdef"}))
     run_experiment(spec, str(tiny_runs["data"]), runs, progress=False)
     assert (runs / "sweep" / "8-s0" / "model.pt").stat().st_mtime_ns == stamp
+    md = path.with_suffix(".md").read_text()
+    assert "trained at another commit and reused: 8 (seed 0) `0123456`" in md
     # the base changed under a finished point: refused in one line naming the key
     (tmp_path / "base.toml").write_text(BASE.replace("lr = 5e-3", "lr = 1e-3"))
     with pytest.raises(ConfigError, match=r"8-s0: holds a run of another config \(train\.lr"):

@@ -362,6 +362,13 @@ def _write(spec: ExperimentSpec, rows: list[dict[str, Any]], root: Path, command
         )
     commit = git_commit()
     total = sum(r["train_time_s"] for r in rows)
+    m = machine()
+    # a reused run was trained by the code of its own commit: say which, point by point
+    older = [
+        f"{r['label']} (seed {r['seed']}) `{str(r['trained_at'])[:7]}`"
+        for r in rows
+        if r.get("trained_at") and r["trained_at"] != commit
+    ]
     lines += [
         "",
         "CPU use: the training process's CPU seconds per wall second per thread (the lowest of "
@@ -370,12 +377,16 @@ def _write(spec: ExperimentSpec, rows: list[dict[str, Any]], root: Path, command
         "",
         f"- total training time: {total / 60:.1f} min over {len(rows)} run(s)",
         f"- command: `{command}`",
-        f"- commit: `{commit}`",
+        f"- commit: `{commit}`"
+        + (f"; runs trained at another commit and reused: {', '.join(older)}" if older else ""),
+        f"- machine: {m['cpu']}, {m['cores']} cores, "
+        f"{' '.join(m['cpu_flags']) or 'no AVX-512/AMX'}, GPU {m['gpu'] or 'none'}, "
+        f"torch {m['torch']}",
     ]
     payload = {
         "command": command,
         "git_commit": commit,
-        "machine": machine(),
+        "machine": m,
         "spec": {
             "name": spec.name,
             "title": spec.title,
