@@ -122,6 +122,18 @@ def test_time_budget_stops_and_still_evaluates(toy: PreparedDataset, tmp_path: P
     assert result.metrics["best_epoch"] == 0 and "full" in result.metrics["test"]
 
 
+def test_the_progress_bar_counts_the_budget_or_the_batches(
+    toy: PreparedDataset, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fit(toy, _config(time_budget="1m", max_epochs=1), tmp_path / "timed", progress=True)
+    err = capsys.readouterr().err
+    assert "/60 s of the time budget" in err  # the clock ends it, not a step count
+    result = fit(toy, _config(max_epochs=1), tmp_path / "steps", progress=True)
+    err = capsys.readouterr().err
+    assert "s of the time budget" not in err
+    assert f"{result.metrics['steps']}/{result.metrics['steps']} [" in err
+
+
 def test_bad_settings_are_one_line_errors(toy: PreparedDataset, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="val_metric"):
         fit(toy, _config(val_metric="ndcg@20"), tmp_path / "a", progress=False)

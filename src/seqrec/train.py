@@ -424,13 +424,22 @@ def _fit(
         return float(report.metrics[val_protocol][t.val_metric])
 
     stopped = "max_epochs"
+    # A time budget ends the run: the bar counts its seconds (a step count would promise an end
+    # the clock never lets the run reach); otherwise it counts batches to the last step.
+    timed = math.isfinite(budget)
     bar = tqdm(
-        total=None if t.decay == "budget" else total_steps,  # the clock ends a budgeted run
-        initial=step,
+        total=int(budget) if timed else total_steps,
+        initial=int(min(elapsed, budget)) if timed else step,
         desc=f"train {cfg.model}",
         unit="batch",
         disable=not progress,
         dynamic_ncols=True,
+        bar_format=(
+            "{desc}: {percentage:3.0f}%|{bar}| {n}/{total} s of the time budget "
+            "[{elapsed}<{remaining}{postfix}]"
+            if timed
+            else None
+        ),
     )
     started = time.perf_counter() - elapsed
     model.train()
@@ -453,8 +462,12 @@ def _fit(
             loss_sum += loss
             n_batches += 1
             n_seq += batch.size
-            bar.update(1)
-            if time.perf_counter() - started > budget:
+            now = time.perf_counter() - started
+            if timed:
+                bar.update(max(0, int(min(now, budget)) - bar.n))
+            else:
+                bar.update(1)
+            if now > budget:
                 out_of_time = True
                 break
             if step >= total_steps:  # train.max_steps reached (mid-epoch)
