@@ -50,6 +50,7 @@ def test_a_sweep_trains_each_point_once_and_writes_results_after_each(
         metrics = json.loads((Path(r["run_dir"]) / "metrics.json").read_text())
         assert r["value"] == metrics["test"]["full"]["ndcg@10"]
     assert result["summary"][1]["paper"] == 0.5 and result["summary"][0]["paper"] is None
+    assert result["total_train_time_s"] == sum(r["train_time_s"] for r in result["runs"])
     md = path.with_suffix(".md").read_text()
     assert "| 16 | 1 |" in md and "0.5000" in md
     assert path.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"

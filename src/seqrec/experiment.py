@@ -402,6 +402,7 @@ def _write(spec: ExperimentSpec, rows: list[dict[str, Any]], root: Path, command
             "paper": spec.paper,
         },
         "summary": summary,
+        "total_train_time_s": total,
         "runs": rows,
     }
     write_json(root / f"{spec.name}.json", payload)
