@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from seqrec.provenance import atomic_write, git_commit, git_diff, machine
+from seqrec.provenance import atomic_write, describe_machine, git_commit, git_diff, machine
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -95,8 +95,7 @@ def write_results(
         f"- evaluated at commit `{commit}`"
         + ("" if meta["evaluated_at"]["clean"] else " (uncommitted diff stored in the JSON)"),
         f"- date: {meta['date']}",
-        f"- machine: {m['cpu']}, {m['cores']} cores, {' '.join(m['cpu_flags']) or 'no AVX-512/AMX'}"
-        f", GPU {m['gpu'] or 'none'}, torch {m['torch']}",
+        f"- machine: {describe_machine(m)}",
         f"- seeds: {', '.join(f'{k} {v}' for k, v in meta['seeds'].items())}",
     ]
     for r in meta["run_records"]:

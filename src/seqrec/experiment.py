@@ -44,7 +44,7 @@ from seqrec.checkpoint import CONFIG
 from seqrec.config import RunConfig, load_config
 from seqrec.data.prepared import prepare
 from seqrec.errors import ConfigError
-from seqrec.provenance import atomic_write, git_commit, machine, write_json
+from seqrec.provenance import atomic_write, describe_machine, git_commit, machine, write_json
 from seqrec.reference import paper_table
 
 __all__ = ["SPEC_DIR", "ExperimentSpec", "Point", "load_spec", "run_experiment", "spec_names"]
@@ -379,9 +379,7 @@ def _write(spec: ExperimentSpec, rows: list[dict[str, Any]], root: Path, command
         f"- command: `{command}`",
         f"- commit: `{commit}`"
         + (f"; runs trained at another commit and reused: {', '.join(older)}" if older else ""),
-        f"- machine: {m['cpu']}, {m['cores']} cores, "
-        f"{' '.join(m['cpu_flags']) or 'no AVX-512/AMX'}, GPU {m['gpu'] or 'none'}, "
-        f"torch {m['torch']}",
+        f"- machine: {describe_machine(m)}",
     ]
     payload = {
         "command": command,

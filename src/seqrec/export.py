@@ -54,9 +54,8 @@ def export_run(
             "export it with --format torchscript"
         )
     wrapper = _Scores(run.model).eval()
-    max_len = int(run.model.max_len)
     # a model that reads one item (FPMC) or none (BPR-MF, NCF) still takes (B, L) histories
-    max_len = max(max_len, 2)
+    max_len = max(int(run.model.max_len), 2)
     example = torch.randint(1, len(run.item_ids) + 1, (2, min(8, max_len)))
     path = Path(out) if out else Path(run_dir) / FORMATS[fmt]
     path.parent.mkdir(parents=True, exist_ok=True)

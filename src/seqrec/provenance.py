@@ -52,6 +52,12 @@ def cpu_flags() -> list[str]:
     return [f for f in ISA_FLAGS if f in _cpuinfo()[1]]
 
 
+def describe_machine(m: dict[str, Any]) -> str:
+    """One line for a results file: CPU, cores, ISA flags, GPU, torch (of `machine()`)."""
+    flags = " ".join(m["cpu_flags"]) or "no AVX-512/AMX"
+    return f"{m['cpu']}, {m['cores']} cores, {flags}, GPU {m['gpu'] or 'none'}, torch {m['torch']}"
+
+
 def machine() -> dict[str, Any]:
     """What a measurement ran on: CPU model, cores, ISA flags, GPU, memory, library versions."""
     import numpy
