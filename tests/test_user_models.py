@@ -18,6 +18,7 @@ from seqrec.data.prepared import PreparedDataset, prepare_frame
 from seqrec.data.preprocess import Sequences
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import ConfigError
+from seqrec.models import ncf as ncf_module
 from seqrec.models.baselines import Popularity
 from seqrec.models.bprmf import BPRMF, BPRMFConfig
 from seqrec.models.caser import Caser, CaserConfig
@@ -93,7 +94,9 @@ def test_transrec_ranks_by_bias_minus_the_squared_distance_from_the_translated_p
         assert float(diff[0]) == pytest.approx(float((a * a).sum()), abs=1e-5)
 
 
-def test_ncf_is_gmf_and_an_mlp_tower_projected_to_one_score() -> None:
+def test_ncf_is_gmf_and_an_mlp_tower_projected_to_one_score(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     torch.manual_seed(0)
     m = NCF(7, 3, NCFConfig(factors=2, n_layers=2, init_std=0.5)).eval().requires_grad_(False)
     # the tower: 2 * (2 * 2) = 8 inputs -> 4 -> 2 (f)
@@ -118,6 +121,9 @@ def test_ncf_is_gmf_and_an_mlp_tower_projected_to_one_score() -> None:
     assert torch.allclose(pairs, s.gather(1, items), atol=1e-6)
     with pytest.raises(ConfigError, match="no output layer"):
         m.output_weights()
+    # scored a few items at a time (the chunks follow the batch and the tower's width): the same
+    monkeypatch.setattr(ncf_module, "_SCORE_FLOATS", 3 * 2 * 4)  # 3 items per chunk, 3 chunks
+    assert torch.allclose(m.score(h, users), s, atol=1e-6)
 
 
 def _caser() -> Caser:

@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ENTRY", "NCF", "NCFConfig"]
 
-_SCORE_CHUNK = 1024  # items scored at a time in `score` (memory: B x chunk x 2 d_mlp floats)
+# `score` scores as many items at a time as keep its B x items x d_mlp tensor below this
+_SCORE_FLOATS = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -101,21 +102,39 @@ class NCF(SequenceModel):
     def pair_logits(self, features: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
         """(M, f + d_mlp) user vectors, (M, k) items -> (M, k) NeuMF scores (logits)."""
         f = self.cfg.factors
-        u_gmf, u_mlp = features[:, None, :f], features[:, None, f:]
-        gmf = u_gmf * self.item_gmf(items)  # (M, k, f)
-        i_mlp = self.item_mlp(items)
-        mlp = self.tower(torch.cat([u_mlp.expand_as(i_mlp), i_mlp], dim=-1))  # (M, k, f)
+        gmf = features[:, None, :f] * self.item_gmf(items)  # (M, k, f)
+        w_user, w_item, bias = self._first_layer()
+        user_part = nn.functional.linear(features[:, f:], w_user, bias)  # once per row
+        return self._head(gmf, user_part[:, None, :] + self.item_mlp(items) @ w_item.T)
+
+    def _first_layer(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The tower's first layer on [u; i] split as W_u u + b + W_i i, so that each user's and
+        each item's part is computed once, not once per (user, item) pair: the same numbers, and
+        the first layer is three quarters of the tower's work."""
+        first = self.tower[0]
+        assert isinstance(first, nn.Linear)
+        d = first.in_features // 2
+        return first.weight[:, :d], first.weight[:, d:], first.bias
+
+    def _head(self, gmf: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
+        """The tower after its first layer's pre-activation `first`, then h over [GMF; MLP]."""
+        mlp = self.tower[1:](first)  # (..., f)
         return self.predict(torch.cat([gmf, mlp], dim=-1)).squeeze(-1)
 
     @torch.no_grad()
     def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
         """(B, L) histories -> (B, n_items + 1); column 0 is -inf. Items in chunks."""
         u = self.user_vector(histories, users)
+        f = self.cfg.factors
+        w_user, w_item, bias = self._first_layer()
+        u_gmf, u_first = u[:, None, :f], nn.functional.linear(u[:, f:], w_user, bias)[:, None, :]
         B = u.shape[0]
+        chunk = max(1, _SCORE_FLOATS // (B * w_item.shape[0]))
         out = [torch.full((B, 1), -math.inf, device=u.device)]
-        for lo in range(1, self.n_items + 1, _SCORE_CHUNK):
-            ids = torch.arange(lo, min(lo + _SCORE_CHUNK, self.n_items + 1), device=u.device)
-            out.append(self.pair_logits(u, ids[None, :].expand(B, -1)).float())
+        for lo in range(1, self.n_items + 1, chunk):
+            ids = torch.arange(lo, min(lo + chunk, self.n_items + 1), device=u.device)
+            gmf = u_gmf * self.item_gmf(ids)  # (B, n, f)
+            out.append(self._head(gmf, u_first + self.item_mlp(ids) @ w_item.T).float())
         return torch.cat(out, dim=1)
 
 
