@@ -210,6 +210,11 @@ def test_series_sweep_one_axis_per_model_over_shared_values(
     path = run_experiment(spec, str(tiny_runs["data"]), tmp_path / "runs", progress=False)
     result = json.loads(path.read_text())
     assert [s["series"] for s in result["summary"]] == ["SASRec"] * 2 + ["BERT4Rec"] * 2
+    for line in ("SASRec", "BERT4Rec"):  # each series' highest point, named in the table too
+        values = {s["label"]: s["mean"] for s in result["summary"] if s["series"] == line}
+        top = max(values, key=lambda label: values[label])
+        assert result["best"][line] == {"label": top, "value": values[top]}
+        assert f"{line}: {top} ({values[top]:.4f})" in path.with_suffix(".md").read_text()
     assert path.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
     grid = load_spec("baselines-d-ml1m")  # selection on validation, never on test
     assert grid.metric.startswith("valid.") and len(grid.points) == 25

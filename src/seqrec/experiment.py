@@ -335,8 +335,19 @@ def _summary(spec: ExperimentSpec, rows: list[dict[str, Any]]) -> list[dict[str,
     return out
 
 
+def _best(summary: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each series' point with the highest metric (mean over seeds), e.g. the d a validation sweep
+    chooses for each model; ties go to the earlier point."""
+    best: dict[str, dict[str, Any]] = {}
+    for s in summary:
+        if s["series"] and (s["series"] not in best or s["mean"] > best[s["series"]]["value"]):
+            best[s["series"]] = {"label": s["label"], "value": s["mean"]}
+    return best
+
+
 def _write(spec: ExperimentSpec, rows: list[dict[str, Any]], root: Path, command: str) -> None:
     summary = _summary(spec, rows)
+    best = _best(summary)
     lines = [
         f"# {spec.title}",
         "",
@@ -369,6 +380,13 @@ def _write(spec: ExperimentSpec, rows: list[dict[str, Any]], root: Path, command
         for r in rows
         if r.get("trained_at") and r["trained_at"] != commit
     ]
+    if best:
+        lines += [
+            "",
+            f"Highest {spec.metric} per series: "
+            + "; ".join(f"{k}: {v['label']} ({v['value']:.4f})" for k, v in best.items())
+            + ".",
+        ]
     lines += [
         "",
         "CPU use: the training process's CPU seconds per wall second per thread (the lowest of "
@@ -400,6 +418,7 @@ def _write(spec: ExperimentSpec, rows: list[dict[str, Any]], root: Path, command
             "paper": spec.paper,
         },
         "summary": summary,
+        "best": best,
         "total_train_time_s": total,
         "runs": rows,
     }
