@@ -70,6 +70,36 @@ def test_a_sweep_trains_each_point_once_and_writes_results_after_each(
         run_experiment(load_spec(spec_path), str(tiny_runs["data"]), runs, progress=False)
 
 
+def test_an_epochs_sweep_trains_every_point_the_same_epochs_without_a_clock(
+    tiny_runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "budgeted.toml").write_text(
+        BASE.replace("max_epochs = 1", 'max_epochs = 50\ntime_budget = "1m"\ndecay = "budget"')
+    )
+    path = tmp_path / "by-epochs.toml"
+    path.write_text(
+        f'base = "{tmp_path / "budgeted.toml"}"\nepochs = 2\naxis = "sasrec.d_model"\n'
+        "values = [8, 16]\n"
+    )
+    spec = load_spec(path)
+    cfg = spec.config(spec.points[0], 0)
+    assert (cfg.train.time_budget, cfg.train.max_epochs, cfg.train.decay) == (None, 2, "epochs")
+    assert cfg.train.patience == 0
+    result = json.loads(
+        run_experiment(spec, str(tiny_runs["data"]), tmp_path / "runs", progress=False).read_text()
+    )
+    assert [r["epochs"] for r in result["runs"]] == [2, 2] and result["spec"]["epochs"] == 2
+    assert (
+        "2 epochs a point (no time budget)"
+        in (tmp_path / "runs/by-epochs/by-epochs.md").read_text()
+    )
+    # `--epochs` turns a budgeted spec into one, under its own name
+    budgeted = _spec(tmp_path, 'budget = "1m"\naxis = "sasrec.d_model"\nvalues = [8]\n')
+    assert main(["experiment", str(budgeted), "--data", "x", "--epochs", "3", "--dry-run"]) == 0
+    assert "8 seed 0: sasrec.d_model=8 [" in (out := capsys.readouterr().out) and "3 epochs]" in out
+    assert load_spec(budgeted).with_epochs(3).name == "sweep-3ep"
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [
@@ -82,6 +112,8 @@ def test_a_sweep_trains_each_point_once_and_writes_results_after_each(
         ('axis = "sasrec.d_model"\nvalues = [8]\npaper_table = "x"\n', "no paper table 'x'"),
         ('axis = "sasrec.d_model"\nvalues = [8]\nplot = "pie"\n', "plot must be"),
         ('[[points]]\nlabel = "a"\nbudget = 5\n', "points[0].budget must be"),
+        ('axis = "sasrec.d_model"\nvalues = [8]\nepochs = 0\n', "epochs must be a positive"),
+        ('axis = "sasrec.d_model"\nvalues = [8]\nepochs = 2\nbudget = "1m"\n', "not both"),
         ('values = [8]\n[[series]]\nlabel = "a"\n', "series[0] needs a label and an axis"),
         ('axis = "sasrec.nope"\nvalues = [8]\n', "point '8'"),
         ('axis = "sasrec.d_model"\nvalues = [8]\nseeds = []\n', "seeds must be"),

@@ -445,11 +445,15 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     if getattr(args, "time_budget", None):
         spec = spec.with_budget(args.time_budget)
+    if getattr(args, "epochs", None) is not None:
+        spec = spec.with_epochs(args.epochs)
     if args.dry_run:
         for point in spec.points:
             for seed in spec.seeds:
                 cfg = spec.config(point, seed)
-                budget = cfg.train.time_budget or "the config's own stopping rule"
+                budget = cfg.train.time_budget or (
+                    f"{spec.epochs} epochs" if spec.epochs else "the config's own stopping rule"
+                )
                 print(
                     f"{point.label} seed {seed}: {' '.join(point.overrides) or '(the base)'} "
                     f"[{point.base or spec.base}, {budget}]"
@@ -640,6 +644,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec", help="a spec file or a shipped name (table4-ml1m, fig4-ml1m, ...)")
     p.add_argument("--data", required=True, help="a dataset name or file path")
     p.add_argument("--runs-dir", help="where the points' runs go (default: $SEQREC_HOME/runs)")
+    p.add_argument(
+        "--epochs",
+        type=int,
+        help="train every point for this many epochs, no time budget (results: SPEC-<N>ep)",
+    )
     p.add_argument("--dry-run", action="store_true", help="list the points, train nothing")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_experiment)

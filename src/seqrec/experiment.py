@@ -9,6 +9,7 @@ A spec (TOML; a path or a shipped name from `seqrec/experiments/`):
     title = "BERT4Rec Table 4: maximum length N, ML-1M"
     base = "ml-1m-bert4rec"          # a shipped config name or a path
     budget = "5m"                    # per point (optional: the base config's own stopping rule)
+    # epochs = 30                    # ... or the same number of epochs for every point, no clock
     seeds = [0]
     metric = "test.pop100.ndcg@10"   # what the table and the figure show
     axis = "bert4rec.max_len"        # either an axis and its values ...
@@ -54,6 +55,7 @@ _KEYS = {
     "title",
     "base",
     "budget",
+    "epochs",
     "seeds",
     "metric",
     "axis",
@@ -84,6 +86,10 @@ class ExperimentSpec:
     base: str
     points: tuple[Point, ...]
     budget: str | None = None
+    # Every point trains exactly this many epochs, whatever it costs (no time budget, no early
+    # stop; a decay fitted to the budget is counted in epochs instead): compares what converges
+    # better, where a budget also rewards what trains faster.
+    epochs: int | None = None
     seeds: tuple[int, ...] = (0,)
     metric: str = "test.full.ndcg@10"
     # the paper's numbers: label -> {"protocol.metric": value} (the split left out)
@@ -97,7 +103,19 @@ class ExperimentSpec:
         budget = point.budget or self.budget
         if budget:
             overrides.append(f"train.time_budget={json.dumps(budget)}")
-        return load_config(RunConfig, point.base or self.base, overrides)
+        cfg = load_config(RunConfig, point.base or self.base, overrides)
+        if self.epochs:
+            decay = "epochs" if cfg.train.decay == "budget" else cfg.train.decay
+            train = dataclasses.replace(
+                cfg.train,
+                time_budget=None,
+                max_epochs=self.epochs,
+                max_steps=0,
+                patience=0,
+                decay=decay,
+            )
+            cfg = dataclasses.replace(cfg, train=train)
+        return cfg
 
     def paper_value(self, label: str, metric: str) -> float | None:
         """The paper's value of `metric` ("test.pop100.ndcg@10") for a point, if it gives one."""
@@ -106,7 +124,16 @@ class ExperimentSpec:
     def with_budget(self, budget: str) -> ExperimentSpec:
         """The same sweep with one time budget for every point (`reproduce --time-budget`)."""
         points = tuple(dataclasses.replace(p, budget=None) for p in self.points)
-        return dataclasses.replace(self, budget=budget, points=points)
+        return dataclasses.replace(self, budget=budget, epochs=None, points=points)
+
+    def with_epochs(self, epochs: int) -> ExperimentSpec:
+        """The same sweep with `epochs` epochs a point and no clock (`experiment --epochs`); its
+        runs and results go under its own name ("table4-ml1m-30ep") beside the budgeted ones."""
+        if epochs < 1:
+            raise ConfigError(f"--epochs must be a positive integer, got {epochs}")
+        points = tuple(dataclasses.replace(p, budget=None) for p in self.points)
+        name = f"{self.name}-{epochs}ep"
+        return dataclasses.replace(self, name=name, budget=None, epochs=epochs, points=points)
 
 
 def spec_names() -> list[str]:
@@ -209,12 +236,20 @@ def load_spec(path: str | Path) -> ExperimentSpec:
     budget = raw.get("budget")
     if budget is not None and not isinstance(budget, str):
         raise ConfigError(f"{p}: budget must be a duration string such as '5m'")
+    epochs = raw.get("epochs")
+    if epochs is not None and (
+        not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1
+    ):
+        raise ConfigError(f"{p}: epochs must be a positive integer, got {epochs!r}")
+    if epochs is not None and (budget is not None or any(pt.budget for pt in points)):
+        raise ConfigError(f"{p}: give epochs or a budget (per spec or per point), not both")
     spec = ExperimentSpec(
         name=p.stem,
         title=str(raw.get("title", p.stem)),
         base=base,
         points=tuple(points),
         budget=budget,
+        epochs=epochs,
         seeds=tuple(seeds),
         metric=metric,
         paper=paper,
@@ -351,8 +386,13 @@ def _write(spec: ExperimentSpec, rows: list[dict[str, Any]], root: Path, command
     lines = [
         f"# {spec.title}",
         "",
-        f"Base config `{spec.base}`; budget per point: {spec.budget or 'the config own'}; "
-        f"seeds {list(spec.seeds)}; {spec.metric} of the state chosen on validation.",
+        f"Base config `{spec.base}`; "
+        + (
+            f"{spec.epochs} epochs a point (no time budget); "
+            if spec.epochs
+            else f"budget per point: {spec.budget or 'the config own'}; "
+        )
+        + f"seeds {list(spec.seeds)}; {spec.metric} of the state chosen on validation.",
         "",
         f"| point | seeds | epochs | training seq/s | CPU use | {spec.metric} "
         + "".join(f"| {c} (paper) " for c in spec.columns)
@@ -408,6 +448,7 @@ def _write(spec: ExperimentSpec, rows: list[dict[str, Any]], root: Path, command
             "title": spec.title,
             "base": spec.base,
             "budget": spec.budget,
+            "epochs": spec.epochs,
             "seeds": list(spec.seeds),
             "metric": spec.metric,
             "points": [
