@@ -4,6 +4,7 @@ is one line naming the file; the shipped specs load."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -115,6 +116,10 @@ def test_an_epochs_sweep_trains_every_point_the_same_epochs_without_a_clock(
         ('axis = "sasrec.d_model"\nvalues = [8]\nepochs = 0\n', "epochs must be a positive"),
         ('axis = "sasrec.d_model"\nvalues = [8]\nepochs = 2\nbudget = "1m"\n', "not both"),
         ('values = [8]\n[[series]]\nlabel = "a"\n', "series[0] needs a label and an axis"),
+        (
+            'values = [8]\n[[series]]\nlabel = "a"\naxis = "sasrec.d_model"\nvalues = 3\n',
+            "series[0].values must be",
+        ),
         ('axis = "sasrec.nope"\nvalues = [8]\n', "point '8'"),
         ('axis = "sasrec.d_model"\nvalues = [8]\nseeds = []\n', "seeds must be"),
         ('axis = "sasrec.d_model"\nvalues = [8]\nmetric = "ndcg"\n', "metric must look like"),
@@ -232,10 +237,13 @@ def test_series_sweep_one_axis_per_model_over_shared_values(
         "values = [8, 16]\n"
         '[[series]]\nlabel = "SASRec"\naxis = "sasrec.d_model"\n'
         f'[[series]]\nlabel = "BERT4Rec"\nbase = "{tmp_path / "b4r.toml"}"\n'
-        'axis = ["bert4rec.d_model", "bert4rec.n_heads"]\n',
+        'axis = ["bert4rec.d_model", "bert4rec.n_heads"]\n'
+        '[[series]]\nlabel = "small"\naxis = "sasrec.d_model"\nvalues = [4]\n',
     )
     spec = load_spec(spec_path)
-    assert [p.label for p in spec.points] == ["SASRec 8", "SASRec 16", "BERT4Rec 8", "BERT4Rec 16"]
+    labels = ["SASRec 8", "SASRec 16", "BERT4Rec 8", "BERT4Rec 16", "small 4"]
+    assert [p.label for p in spec.points] == labels  # a series may have its own values
+    spec = dataclasses.replace(spec, points=spec.points[:4])
     cfg = spec.config(spec.points[3], 0)  # both keys of a list axis take the value
     assert (cfg.model, cfg.bert4rec.d_model, cfg.bert4rec.n_heads) == ("bert4rec", 16, 16)
     assert spec.x_label == "d_model"
@@ -249,7 +257,8 @@ def test_series_sweep_one_axis_per_model_over_shared_values(
         assert f"{line}: {top} ({values[top]:.4f})" in path.with_suffix(".md").read_text()
     assert path.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
     grid = load_spec("baselines-d-ml1m")  # selection on validation, never on test
-    assert grid.metric.startswith("valid.") and len(grid.points) == 25
+    assert grid.metric.startswith("valid.") and len(grid.points) == 23  # NCF: 16, 32, 64
     assert grid.config(grid.points[6], 0).ncf.factors == 32
+    assert grid.config(grid.points[8], 0).fpmc.d_model == 16
     fig3 = load_spec("fig3-ml1m")  # the shipped Figure 3: four models x five sizes
     assert len(fig3.points) == 20 and fig3.config(fig3.points[12], 0).gru4rec.hidden == 64

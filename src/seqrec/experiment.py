@@ -18,6 +18,7 @@ A spec (TOML; a path or a shipped name from `seqrec/experiments/`):
     # label = "SASRec"               # its points are "SASRec 16", "SASRec 32", ...
     # base = "ml-1m-sasrec"
     # axis = "sasrec.d_model"        # (a list of keys sets each to the value)
+    # values = [16, 32]              # (optional: this line's own values)
     # [[points]]                     # ... or labelled points, each with its overrides
     # label = "1 mask"               # and, optionally, its own base config and budget
     # set = ["cloze.max_predictions=1"]
@@ -181,7 +182,10 @@ def load_spec(path: str | Path) -> ExperimentSpec:
             s_base = item.get("base")
             if s_base is not None and not isinstance(s_base, str):
                 raise ConfigError(f"{p}: series[{i}].base must be a config name or path")
-            for value in values:
+            s_values = item.get("values", values)
+            if not isinstance(s_values, list) or not s_values:
+                raise ConfigError(f"{p}: series[{i}].values must be a non-empty list")
+            for value in s_values:
                 sets = tuple(f"{k}={_toml_value(value)}" for k in keys)
                 points.append(Point(f"{item['label']} {value}", sets, s_base, None, item["label"]))
     elif "axis" in raw:
