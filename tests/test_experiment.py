@@ -117,6 +117,10 @@ def test_an_epochs_sweep_trains_every_point_the_same_epochs_without_a_clock(
         ('axis = "sasrec.d_model"\nvalues = [8]\nepochs = 2\nbudget = "1m"\n', "not both"),
         ('values = [8]\n[[series]]\nlabel = "a"\n', "series[0] needs a label and an axis"),
         (
+            'values = [8]\n[[series]]\nlabel = "a"\naxis = "sasrec.d_model"\nset = "x"\n',
+            "series[0].set must be",
+        ),
+        (
             'values = [8]\n[[series]]\nlabel = "a"\naxis = "sasrec.d_model"\nvalues = 3\n',
             "series[0].values must be",
         ),
@@ -238,11 +242,14 @@ def test_series_sweep_one_axis_per_model_over_shared_values(
         '[[series]]\nlabel = "SASRec"\naxis = "sasrec.d_model"\n'
         f'[[series]]\nlabel = "BERT4Rec"\nbase = "{tmp_path / "b4r.toml"}"\n'
         'axis = ["bert4rec.d_model", "bert4rec.n_heads"]\n'
-        '[[series]]\nlabel = "small"\naxis = "sasrec.d_model"\nvalues = [4]\n',
+        '[[series]]\nlabel = "small"\naxis = "sasrec.d_model"\nvalues = [4]\n'
+        'set = ["train.lr=0.01"]\n',
     )
     spec = load_spec(spec_path)
     labels = ["SASRec 8", "SASRec 16", "BERT4Rec 8", "BERT4Rec 16", "small 4"]
     assert [p.label for p in spec.points] == labels  # a series may have its own values
+    assert spec.config(spec.points[4], 0).train.lr == 0.01  # ... and its own overrides
+    assert spec.config(spec.points[0], 0).train.lr == 5e-3
     spec = dataclasses.replace(spec, points=spec.points[:4])
     cfg = spec.config(spec.points[3], 0)  # both keys of a list axis take the value
     assert (cfg.model, cfg.bert4rec.d_model, cfg.bert4rec.n_heads) == ("bert4rec", 16, 16)

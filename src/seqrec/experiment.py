@@ -19,6 +19,7 @@ A spec (TOML; a path or a shipped name from `seqrec/experiments/`):
     # base = "ml-1m-sasrec"
     # axis = "sasrec.d_model"        # (a list of keys sets each to the value)
     # values = [16, 32]              # (optional: this line's own values)
+    # set = ["train.lr=1e-3"]        # (optional: overrides for every point of the line)
     # [[points]]                     # ... or labelled points, each with its overrides
     # label = "1 mask"               # and, optionally, its own base config and budget
     # set = ["cloze.max_predictions=1"]
@@ -185,8 +186,11 @@ def load_spec(path: str | Path) -> ExperimentSpec:
             s_values = item.get("values", values)
             if not isinstance(s_values, list) or not s_values:
                 raise ConfigError(f"{p}: series[{i}].values must be a non-empty list")
+            s_set = item.get("set", [])
+            if not isinstance(s_set, list) or not all(isinstance(x, str) for x in s_set):
+                raise ConfigError(f"{p}: series[{i}].set must be a list of 'section.key=value'")
             for value in s_values:
-                sets = tuple(f"{k}={_toml_value(value)}" for k in keys)
+                sets = (*s_set, *(f"{k}={_toml_value(value)}" for k in keys))
                 points.append(Point(f"{item['label']} {value}", sets, s_base, None, item["label"]))
     elif "axis" in raw:
         axis = need("axis", str)
