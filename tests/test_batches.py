@@ -12,6 +12,7 @@ from seqrec.data.batches import (
     NextItemConfig,
     NextItemSampler,
     draw_negatives,
+    draw_shared_negatives,
     pack_rows,
     sliding_windows,
 )
@@ -384,3 +385,40 @@ def test_popularity_negatives_follow_the_weights_and_skip_seen_and_weightless_it
     # a sequence holding every item with weight: refused, not an endless redraw
     with pytest.raises(ValueError, match="holds every item"):
         draw_negatives(rng, np.array([[1, 2, 4, 5]]), np.array([0]), 1, 5, cdf)
+
+
+def test_shared_negatives_are_distinct_and_each_item_drawn_k_in_v_times() -> None:
+    rng = np.random.default_rng(0)
+    draws = np.stack([draw_shared_negatives(rng, 3, 6) for _ in range(3000)])  # (3000, 3)
+    assert draws.min() >= 1 and draws.max() <= 6
+    assert all(len(set(row)) == 3 for row in draws.tolist())  # without replacement
+    share = np.bincount(draws.ravel(), minlength=7)[1:] / len(draws)  # P(item in the sample)
+    assert np.allclose(share, 3 / 6, atol=0.03)  # q = k / V, the logQ correction's
+    with pytest.raises(ValueError, match="catalogue has 6 items"):
+        draw_shared_negatives(rng, 7, 6)
+    # by weight: an item of weight 0 is never drawn
+    cdf = np.cumsum([0.0, 1.0, 0.0, 1.0]) / 2.0
+    assert set(draw_shared_negatives(rng, 50, 3, cdf).tolist()) == {1, 3}
+
+
+@pytest.mark.parametrize("task", ["cloze", "next_item"])
+def test_per_batch_negatives_one_seeded_set_per_batch(task: str) -> None:
+    seqs = _seqs(40, seed=6)
+
+    def sampler() -> ClozeSampler | NextItemSampler:
+        if task == "cloze":
+            return ClozeSampler(
+                seqs, max_len=20, batch_size=8, seed=3, n_negatives=5, negatives_per="batch"
+            )
+        return NextItemSampler(
+            seqs, max_len=20, batch_size=8, seed=3, n_negatives=5, negatives_per="batch"
+        )
+
+    a, b = list(sampler().epoch(0)), list(sampler().epoch(0))
+    assert all(torch.equal(x.negatives, y.negatives) for x, y in zip(a, b, strict=True))
+    for batch in a:
+        assert batch.negatives.shape == (5,) and len(set(batch.negatives.tolist())) == 5
+        assert int(batch.negatives.min()) >= 1 and int(batch.negatives.max()) <= seqs.n_items
+    assert len({tuple(x.negatives.tolist()) for x in a}) > 1  # a fresh set per batch
+    with pytest.raises(ValueError, match="position or batch"):
+        ClozeSampler(seqs, max_len=20, n_negatives=5, negatives_per="sequence")

@@ -225,3 +225,48 @@ def test_per_sequence_negatives_equal_the_same_negatives_per_position(name: str)
     a = model_loss(probe, seq_spec, inputs, positions, targets, per_seq)
     b = model_loss(probe, pos_spec, inputs, positions, targets, per_seq[rows])
     assert float(a.detach()) == pytest.approx(float(b.detach()), rel=1e-6)
+
+
+@pytest.mark.parametrize("name", ["bce", "sampled_softmax", "gbce"])
+def test_per_batch_negatives_equal_the_same_negatives_per_position(name: str) -> None:
+    # no target among the shared negatives: the loss is that of every position drawing them
+    torch.manual_seed(2)
+    hidden = torch.randn(2, 4, 3, requires_grad=True)
+    positions = torch.tensor([[0, 1, 1, 1], [0, 0, 1, 1]], dtype=torch.bool)
+    targets = torch.tensor([1, 2, 3, 4, 5])
+    shared = torch.tensor([6, 9, 7])
+    probe = _Probe(hidden, 9)
+    inputs = torch.ones(2, 4, dtype=torch.long)
+    batch_spec = LossSpec(name, n_items=9, n_negatives=3, negatives_per="batch", logq=True)
+    pos_spec = LossSpec(name, n_items=9, n_negatives=3, negatives_per="position", logq=True)
+    a = model_loss(probe, batch_spec, inputs, positions, targets, shared)
+    b = model_loss(probe, pos_spec, inputs, positions, targets, shared.expand(5, 3))
+    assert float(a.detach()) == pytest.approx(float(b.detach()), rel=1e-6)
+
+
+def test_a_target_among_the_shared_negatives_is_left_out_of_its_row() -> None:
+    # one position, target 2, shared negatives (2, 3): the softmax is over {2, 3} only, not
+    # over 2 twice. Scores z·w: item 2 -> ln 3, item 3 -> 0, so the loss is -log(3/4).
+    z = torch.tensor([[1.0]])
+    w = torch.tensor([[5.0], [math.log(3.0)], [0.0]])
+    neg = losses.shared_negative_logits(z, w, None, torch.tensor([2]), torch.tensor([2, 3]))
+    assert neg[0, 0] == float("-inf") and float(neg[0, 1]) == 0.0
+    pos = losses.target_logits(z, w, None, torch.tensor([2]))
+    assert float(sampled_softmax_loss(pos, neg)) == pytest.approx(-math.log(0.75))
+    # BCE: the hit adds nothing; the other negative adds softplus(0) = ln 2
+    want = math.log1p(math.exp(-math.log(3.0))) + math.log(2.0)
+    assert float(bce_loss(pos, neg)) == pytest.approx(want)
+
+
+def test_per_batch_negatives_refuse_the_pairwise_losses() -> None:
+    probe = _Probe(torch.randn(1, 2, 3), 5)
+    spec = LossSpec("top1_max", n_items=5, n_negatives=2, negatives_per="batch")
+    with pytest.raises(ValueError, match="per-batch negatives"):
+        model_loss(
+            probe,
+            spec,
+            torch.ones(1, 2, dtype=torch.long),
+            torch.ones(1, 2, dtype=torch.bool),
+            torch.tensor([1, 2]),
+            torch.tensor([3, 4]),
+        )

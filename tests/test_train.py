@@ -156,6 +156,18 @@ def test_bert4rec_takes_the_sampled_losses_too(toy: PreparedDataset, tmp_path: P
     assert not (tmp_path / "b").exists() and not (tmp_path / "c").exists()  # nothing half-made
 
 
+def test_bert4rec_with_negatives_shared_by_the_batch(toy: PreparedDataset, tmp_path: Path) -> None:
+    # sampled softmax over 4 shared negatives: the target among 5 items, so the first loss is
+    # near ln 5 = 1.61 (every logit ~0), below the full softmax's ln 40 = 3.69, and it falls
+    cfg = _config(loss="sampled_softmax", n_negatives=4, negatives_per="batch", max_epochs=3)
+    result = fit(toy, cfg, tmp_path / "a", progress=False)
+    lines = [json.loads(x) for x in (result.run_dir / "log.jsonl").read_text().splitlines()]
+    assert 0.8 < lines[0]["loss"] < math.log(5) + 0.05
+    assert lines[-1]["loss"] < lines[0]["loss"]
+    with pytest.raises(ConfigError, match='negatives_per = "batch" works with'):
+        fit(toy, _config(loss="bpr", negatives_per="batch"), tmp_path / "b", progress=False)
+
+
 def test_train_step_scales_the_loss_by_the_batch_loss_scale() -> None:
     torch.manual_seed(0)
     model = SASRec(20, SASRecConfig(max_len=6, d_model=8, dropout=0.0, attn_dropout=0.0))

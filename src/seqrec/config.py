@@ -72,8 +72,11 @@ class TrainConfig:
     n_negatives: int = 1  # k, negatives per target (sampled losses only)
     # "position": k negatives per target position (SASRec §III-E, gSASRec); "sequence": k per
     # sequence, shared by its positions: one matmul instead of a (M, k, D) gather, ~10x faster
-    # at k = 256 on a CPU (SASRec only).
-    negatives_per: Literal["position", "sequence"] = "position"
+    # at k = 256 on a CPU (SASRec only); "batch": k distinct items per batch, shared by every
+    # target position of it (the Cloze task too), drawn from the whole catalogue; a target
+    # drawn among them is left out of its own row's negatives. sampled_softmax, bce or gbce
+    # only. For large catalogues, where a full softmax per target dominates a step.
+    negatives_per: Literal["position", "sequence", "batch"] = "position"
     # How negatives are drawn (next-item task): "uniform" over the items not in the sequence
     # (SASRec's random_neq, BPR), or "popularity": in proportion to the training counts, as the
     # other sessions' targets of GRU4Rec's mini-batches are; the models then learn to rank

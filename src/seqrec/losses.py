@@ -197,6 +197,23 @@ def sampled_logits(
     return target_logits(z, weight, bias, targets), neg.float()
 
 
+def shared_negative_logits(
+    z: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    targets: torch.Tensor,
+    negatives: torch.Tensor,
+) -> torch.Tensor:
+    """Scores of k negatives shared by all M target positions of a batch: z (M, D) against
+    negatives (k,) -> (M, k), one matmul. Where a row's own target is among the negatives its
+    score is -inf, so it counts as neither a negative nor a second positive (the "accidental
+    hits" of a shared sample)."""
+    neg = z @ weight[negatives - 1].T  # (M, k)
+    if bias is not None:
+        neg = neg + bias[negatives - 1]
+    return neg.float().masked_fill(targets[:, None] == negatives[None, :], float("-inf"))
+
+
 def target_logits(
     z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor
 ) -> torch.Tensor:
@@ -344,6 +361,8 @@ SAMPLED_LOSSES: dict[str, Callable[[LossSpec, Tensor, Tensor], Tensor]] = {
     "top1_max": lambda spec, pos, neg: top1_max_loss(pos, neg),
 }
 LOSSES = ("ce", *SAMPLED_LOSSES)  # every name `train.loss` accepts
+# the losses that take a -inf score (a row's own target among shared negatives) as "no negative"
+SHARED_NEGATIVE_LOSSES = ("sampled_softmax", "bce", "gbce")
 
 
 def item_loss(
@@ -411,4 +430,12 @@ def model_loss(
         pos = target_logits(features[positions], weight, bias, targets)  # (M,)
         return SAMPLED_LOSSES[spec.name](spec, pos, neg)
     z = model.output_features(hidden[positions])  # (M, D)
+    if spec.name != "ce" and spec.negatives_per == "batch":
+        if negatives is None or spec.name not in SHARED_NEGATIVE_LOSSES:
+            raise ValueError(
+                f"loss {spec.name!r} with per-batch negatives: expected one of "
+                f"{', '.join(SHARED_NEGATIVE_LOSSES)}, with negatives"
+            )
+        neg = shared_negative_logits(z, weight, bias, targets, negatives)
+        return SAMPLED_LOSSES[spec.name](spec, target_logits(z, weight, bias, targets), neg)
     return item_loss(spec, z, weight, bias, targets, negatives)

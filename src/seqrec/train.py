@@ -31,7 +31,7 @@ from seqrec.data.batches import Batch
 from seqrec.data.prepared import PreparedDataset
 from seqrec.errors import ConfigError, TrainingError
 from seqrec.evaluate import PROTOCOLS, parse_protocols
-from seqrec.losses import LossSpec, full_cross_entropy, model_loss
+from seqrec.losses import SHARED_NEGATIVE_LOSSES, LossSpec, full_cross_entropy, model_loss
 from seqrec.metrics import metric_names
 from seqrec.models.base import Sampler, SequenceModel
 from seqrec.provenance import atomic_write, cpu_flags, git_commit, git_diff, machine
@@ -59,6 +59,11 @@ def loss_spec(cfg: RunConfig, n_items: int) -> LossSpec:
     if t.loss != "ce" and t.n_negatives < 1:
         raise ConfigError(f"train.loss = {t.loss!r} needs train.n_negatives >= 1")
     task = getattr(cfg, "next_item", None)  # the next-item task's section, if the model has it
+    if t.negatives_per == "batch" and t.loss != "ce" and t.loss not in SHARED_NEGATIVE_LOSSES:
+        raise ConfigError(
+            'train.negatives_per = "batch" works with train.loss '
+            f"{', '.join(SHARED_NEGATIVE_LOSSES)}; got {t.loss!r}"
+        )
     if t.negatives_per == "sequence" and task is None:
         raise ConfigError(
             f'train.negatives_per = "sequence" needs the next-item task; {cfg.model} has none'

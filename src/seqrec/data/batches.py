@@ -106,7 +106,7 @@ class Batch:
     inputs: torch.Tensor  # (B, L) int64, left-padded (Cloze: masked positions hold [MASK])
     positions: torch.Tensor  # (B, L) bool: where the loss is computed
     targets: torch.Tensor  # (M,) int64 item ids to predict at those positions, row-major order
-    # (M, k) int64 sampled negatives per target position, or (B, k) per sequence
+    # (M, k) int64 sampled negatives per target position, (B, k) per sequence, or (k,) per batch
     negatives: torch.Tensor | None = None
     # the training step multiplies the batch's mean loss by this (NextItemConfig.loss_norm)
     loss_scale: float = 1.0
@@ -190,6 +190,21 @@ def draw_negatives(
         out[bad] = draw(int(bad.sum()))
         bad = seen[rows[:, None], out]
     return out
+
+
+def draw_shared_negatives(
+    rng: np.random.Generator, k: int, n_items: int, cdf: np.ndarray | None = None
+) -> np.ndarray:
+    """k items for a whole batch, shared by all its target positions (negatives_per = "batch"):
+    k distinct items drawn uniformly from 1..n_items, so each is drawn with probability k / V
+    (the logQ correction's q), or, given the (n_items + 1,) cumulative weights `cdf`, k draws
+    in proportion to them. Nothing is excluded here; the loss leaves a row's own target out
+    of its negatives. Returns (k,)."""
+    if cdf is not None:
+        return np.minimum(np.searchsorted(cdf, rng.random(k), side="right"), n_items)
+    if k > n_items:
+        raise ValueError(f"{k} shared negatives asked for, but the catalogue has {n_items} items")
+    return rng.choice(n_items, size=k, replace=False) + 1
 
 
 def _length_grouped(
@@ -286,8 +301,13 @@ class ClozeSampler:
         batch_size: int = 256,
         seed: int = 0,
         n_negatives: int = 0,
+        negatives_per: str = "position",
     ) -> None:
         self.cfg = cfg = cfg or ClozeConfig()
+        if negatives_per not in ("position", "batch"):
+            raise ValueError(
+                f"Cloze negatives_per must be position or batch, got {negatives_per!r}"
+            )
         if not 0 < cfg.mask_prob <= 1:
             raise ValueError(f"cloze.mask_prob must be in (0, 1], got {cfg.mask_prob}")
         if cfg.max_predictions < 1:
@@ -298,7 +318,9 @@ class ClozeSampler:
         self.max_len = max_len
         self.batch_size = batch_size
         self.seed = seed
-        self.n_negatives = n_negatives  # per masked position, absent from the window
+        # per masked position, absent from the window; or per batch ("batch"), shared
+        self.n_negatives = n_negatives
+        self.negatives_per = negatives_per
         self.mask_id = train.n_items + 1
         lengths = train.lengths
         keep = np.flatnonzero(lengths > 0)
@@ -360,7 +382,9 @@ class ClozeSampler:
                 lengths, self.max_len, items, inputs, masked
             )
         negatives = None
-        if self.n_negatives:
+        if self.n_negatives and self.negatives_per == "batch":
+            negatives = draw_shared_negatives(rng, self.n_negatives, self.train.n_items)
+        elif self.n_negatives:
             rows = np.nonzero(masked)[0] if segments is None else segments[masked] - 1
             negatives = draw_negatives(rng, samples, rows, self.n_negatives, self.train.n_items)
         return Batch(
@@ -414,8 +438,10 @@ class NextItemSampler:
         """`negative_weights` (n_items + 1,): draw negatives in proportion to these (e.g. the
         training counts) instead of uniformly."""
         self.cfg = cfg = cfg or NextItemConfig()
-        if negatives_per not in ("position", "sequence"):
-            raise ValueError(f"negatives_per must be position or sequence, got {negatives_per!r}")
+        if negatives_per not in ("position", "sequence", "batch"):
+            raise ValueError(
+                f"negatives_per must be position, sequence or batch, got {negatives_per!r}"
+            )
         if cfg.pack and n_negatives and negatives_per == "sequence":
             raise ValueError('next_item.pack does not combine with negatives_per = "sequence"')
         self.negatives_per = negatives_per
@@ -467,7 +493,9 @@ class NextItemSampler:
             sample = np.broadcast_to(np.arange(len(window))[:, None], inputs.shape)
         positions = targets != 0
         negatives = None
-        if self.n_negatives:
+        if self.n_negatives and self.negatives_per == "batch":
+            negatives = draw_shared_negatives(rng, self.n_negatives, self.train.n_items, self.cdf)
+        elif self.n_negatives:
             u_start, u_end = self.user_start[window], self.user_end[window]
             seen = left_pad(self.train.items, u_start, u_end, int((u_end - u_start).max()))
             # per sequence: (B, k), shared by its positions; per position: (M, k)

@@ -264,6 +264,7 @@ def _cloze_batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
         batch_size=cfg.train.batch_size,
         seed=cfg.train.seed,
         n_negatives=cfg.train.n_negatives if cfg.train.loss != "ce" else 0,
+        negatives_per=cfg.train.negatives_per,
     )
 
 
