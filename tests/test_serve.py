@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from seqrec.recommender import Recommender
@@ -163,7 +164,7 @@ def guarded(tiny_runs: dict[str, Path]) -> Iterator[tuple[str, Recommender]]:
     def encode(history: Any) -> Any:  # "boom"/"slow" reach the model as the ids -1/-2
         enc = real_encode([h for h in history if h not in ("boom", "slow")])
         marker = [-1] if "boom" in history else [-2] if "slow" in history else []
-        enc.ids = marker + list(enc.ids)
+        enc.ids = np.asarray(marker + list(enc.ids), dtype=np.int64)  # as encode returns it
         return enc
 
     rec.encode = encode  # type: ignore[method-assign]
