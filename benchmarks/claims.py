@@ -61,8 +61,19 @@ class Problem:
 
 
 def _lookup(data: Any, key: str) -> Any:
-    for part in key.split("."):
-        data = data[int(part)] if isinstance(data, list) else data[part]
+    """The value at a dotted key path; a dict key may itself hold dots ("columns" are keyed by
+    metric names such as "valid.full.ndcg@10"): the longest key present at each level wins."""
+    parts = key.split(".")
+    while parts:
+        if isinstance(data, list):
+            data, parts = data[int(parts[0])], parts[1:]
+            continue
+        for n in range(len(parts), 0, -1):
+            if ".".join(parts[:n]) in data:
+                data, parts = data[".".join(parts[:n])], parts[n:]
+                break
+        else:
+            raise KeyError(parts[0])
     return data
 
 

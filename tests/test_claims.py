@@ -61,3 +61,16 @@ def test_every_measured_number_in_the_docs_traces_to_a_results_file() -> None:
     claims = _claims()
     problems = claims.check_docs(claims.docs(), published_numbers())
     assert not problems, "\n".join(map(str, problems))
+
+
+def test_a_key_path_reaches_keys_that_hold_dots() -> None:
+    """Experiment results key their extra columns by metric name ("valid.full.ndcg@10"): the path
+    takes the longest key present at each level, and a key that is not there is a KeyError."""
+    claims = _claims()
+    data = {
+        "summary": [{"columns": {"valid.full.ndcg@10": {"mean": 0.25}, "valid": {"x": 1.0}}}],
+    }
+    assert claims._lookup(data, "summary.0.columns.valid.full.ndcg@10.mean") == 0.25
+    assert claims._lookup(data, "summary.0.columns.valid.x") == 1.0
+    with pytest.raises(KeyError):
+        claims._lookup(data, "summary.0.columns.valid.full.hr@10.mean")
