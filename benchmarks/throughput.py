@@ -1,9 +1,11 @@
-"""Training throughput on the papers' ML-1M file: sequences/s of the real training step (batches
-from the real sampler, loss, backward, optimizer) for each shipped config and speed option,
-the median of repeated timed windows, beside the matmul peak this machine reaches and the
-share of it each configuration uses (FLOPs of one step counted by torch's FlopCounterMode).
+"""Training throughput on the papers' ML-1M (or Beauty) file: sequences/s of the real training
+step (batches from the real sampler, loss, backward, optimizer) for each shipped config and
+speed option, the median of repeated timed windows, beside the matmul peak this machine
+reaches and the share of it each configuration uses (FLOPs of one step counted by torch's
+FlopCounterMode).
 
-    python benchmarks/throughput.py [--data-dir DIR] [--configs ml-1m-bert4rec,ml-1m-sasrec]
+    python benchmarks/throughput.py [--data-dir DIR] [--dataset ml-1m|beauty]
+        [--configs ml-1m-bert4rec,ml-1m-sasrec]
         [--variant NAME=KEY=VALUE,KEY=VALUE ...] [--steps 0] [--repeats 3] [--name throughput]
 
 Without --variant each config runs as shipped ("as shipped") and with `train.bf16 = true`.
@@ -21,12 +23,13 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from _common import paper_ml1m, write_results
+from _common import paper_beauty, paper_ml1m, write_results
 from seqrec.config import RunConfig, load_config
 from seqrec.data.prepared import prepare
 from seqrec.train import setup
 
 DEFAULT_CONFIGS = "ml-1m-bert4rec,ml-1m-sasrec,ml-1m-sasrec-ce"
+DATASETS = {"ml-1m": (paper_ml1m, "ML-1M"), "beauty": (paper_beauty, "Beauty")}  # file, title
 
 
 def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> float:
@@ -80,6 +83,7 @@ def measure(cfg: RunConfig, ds: Any, steps: int, repeats: int, warmup: int) -> d
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data-dir")
+    ap.add_argument("--dataset", choices=sorted(DATASETS), default="ml-1m")
     ap.add_argument("--configs", default=DEFAULT_CONFIGS)
     ap.add_argument(
         "--variant",
@@ -93,7 +97,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--name", default="throughput")
     args = ap.parse_args()
-    src = paper_ml1m(args.data_dir)
+    src = DATASETS[args.dataset][0](args.data_dir)
     variants: dict[str, list[str]] = {"as shipped": []}
     for spec in args.variant or ["bf16=train.bf16=true"]:
         name, _, sets = spec.partition("=")
@@ -128,7 +132,7 @@ def main() -> None:
 
 def _write(args: argparse.Namespace, peaks: dict[str, float], rows: list[dict[str, Any]]) -> None:
     lines = [
-        "# Training throughput, ML-1M (papers' file)",
+        f"# Training throughput, {DATASETS[args.dataset][1]} (papers' file)",
         "",
         f"Matmul peak measured here (2048² matmul): fp32 {peaks['fp32']:.0f} GFLOP/s, "
         f"bf16 {peaks['bf16']:.0f} GFLOP/s. Each row: the median of {args.repeats} windows of "
@@ -148,7 +152,13 @@ def _write(args: argparse.Namespace, peaks: dict[str, float], rows: list[dict[st
             f"| {r['mflop_per_seq']:.0f} | {r['gflop_s']:.1f} "
             f"| {100 * r['share_of_matmul_peak']:.1f} % |"
         )
-    payload = {"steps": args.steps, "repeats": args.repeats, "peaks_gflop_s": peaks, "rows": rows}
+    payload = {
+        "dataset": args.dataset,
+        "steps": args.steps,
+        "repeats": args.repeats,
+        "peaks_gflop_s": peaks,
+        "rows": rows,
+    }
     seeds = {"init_and_batches": sorted({r["seed"] for r in rows})[0] if rows else None}
     write_results(args.name, payload, "\n".join(lines), seeds=seeds)
 

@@ -20,7 +20,7 @@ from seqrec.losses import LossSpec
 from seqrec.models.baselines import Popularity
 from seqrec.models.sasrec import SASRec, SASRecConfig
 from seqrec.registry import entry
-from seqrec.train import FitResult, _cpu_util, fit, loss_spec, train_step
+from seqrec.train import FitResult, _cpu_util, fit, loss_spec, make_optimizer, train_step
 
 
 def _config(**train: object) -> RunConfig:
@@ -189,6 +189,33 @@ def test_train_step_scales_the_loss_by_the_batch_loss_scale() -> None:
         for scale in (1.0, 2.5)
     ]
     assert losses[1] == pytest.approx(2.5 * losses[0], rel=1e-6)
+
+
+def test_fused_adamw_takes_the_same_steps_as_the_unfused_one() -> None:
+    """train.fused_adamw is a speed option only: ten updates of a tiny SASRec (a strong weight
+    decay on its matrices, none on its vectors) end at the same weights up to rounding, which
+    Adam's normalisation can lift to a small share of one step (lr 1e-2) where a gradient is
+    near zero; a wrong decay or moment would differ by whole steps."""
+    inputs = torch.tensor([[0, 0, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6]])
+    targets_grid = torch.tensor([[0, 0, 4, 5, 6, 7], [2, 3, 4, 5, 6, 7]])
+    positions = targets_grid != 0
+    batch = Batch(inputs, positions, targets_grid[positions])
+    spec = LossSpec(name="ce", n_items=20)
+    start, end = [], []
+    for fused in (False, True):
+        torch.manual_seed(0)
+        model = SASRec(20, SASRecConfig(max_len=6, d_model=8, dropout=0.0, attn_dropout=0.0))
+        train = {"lr": 1e-2, "weight_decay": 0.5, "fused_adamw": fused}
+        cfg = from_dict(RunConfig, {"model": "sasrec", "train": train})
+        optimizer = make_optimizer(model, cfg)
+        assert optimizer.defaults["fused"] is (True if fused else None)
+        start.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+        for _ in range(10):
+            train_step(model, spec, batch, optimizer, cfg.train, torch.device("cpu"))
+        end.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    assert torch.equal(start[0], start[1])
+    assert (end[0] - start[0]).abs().max() > 0.05  # ten steps of 1e-2 moved the weights
+    assert (end[1] - end[0]).abs().max() < 1e-3
 
 
 def test_loss_bf16_puts_only_the_loss_matmuls_in_bf16() -> None:

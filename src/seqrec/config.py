@@ -43,6 +43,11 @@ class TrainConfig:
     beta2: float = 0.999
     eps: float = 1e-6  # BERT's AdamWeightDecayOptimizer
     weight_decay: float = 0.01  # decoupled L2, not on LayerNorm weights and biases
+    # A speed option: the same AdamW update as one fused kernel per parameter (torch's
+    # `fused=True`, CPU and CUDA) instead of a dozen element-wise passes; on a CPU with a large
+    # item embedding the update is much of a step (docs/performance.md). Same algorithm,
+    # different rounding, so off by default: the shipped results were trained without it.
+    fused_adamw: bool = False
     warmup_steps: int = 100  # linear warm-up (original script: 100), then linear decay to 0
     max_epochs: int = 200  # the decay reaches 0 at max_epochs (decay = "epochs")
     # Updates at most; when set (> 0) training ends there, mid-epoch if need be, and the decay

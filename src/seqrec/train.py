@@ -121,6 +121,7 @@ def make_optimizer(model: SequenceModel, cfg: RunConfig) -> torch.optim.Optimize
         lr=t.lr,
         betas=(t.beta1, t.beta2),
         eps=t.eps,
+        fused=True if t.fused_adamw else None,
     )
 
 
