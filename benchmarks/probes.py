@@ -55,6 +55,9 @@ def main() -> None:
                     sum(h["sequences"] for h in log) / max(1e-9, sum(h["epoch_s"] for h in log))
                 ),
                 "trained_at": metrics["git_commit"] if metrics else None,
+                # of the wall-clock budget, the share spent training (the rest: validation)
+                "train_min": metrics["train_time_s"] / 60 if metrics else None,
+                "wall_min": metrics["wall_time_s"] / 60 if metrics else None,
                 "finished": metrics is not None,
                 "seed": cfg.train.seed,
                 "run_dir": str(run),
@@ -68,10 +71,10 @@ def main() -> None:
         "state chosen on validation. seq/s is wall-clock training speed, which other jobs on "
         "the machine slowed for some probes: compare quality, not speed, across rows.",
         "",
-        "| probe | changed | epochs | "
+        "| probe | changed | epochs | training / wall min | "
         + " | ".join(f"valid @{e}" for e in at)
         + " | best valid | test full NDCG@10 | test pop100 HR@10 | test pop100 NDCG@10 |",
-        "|---|---|---|" + "---|" * len(at) + "---|---|---|---|",
+        "|---|---|---|---|" + "---|" * len(at) + "---|---|---|---|",
     ]
     for r in rows:
         cells = [f"{r['curve'][e]:.4f}" if e in r["curve"] else "" for e in at]
@@ -86,12 +89,10 @@ def main() -> None:
             else ["(stopped)", "", ""]
         )
         best = f"{r['best_valid']:.4f}" if r["best_valid"] is not None else ""
+        minutes = f"{r['train_min']:.1f} / {r['wall_min']:.1f}" if r["finished"] else ""
         lines.append(
             f"| {r['probe']} | {', '.join(r['changed']) or '(the base)'} | {r['epochs']} | "
-            + " | ".join(cells)
-            + f" | {best} | "
-            + " | ".join(test)
-            + " |"
+            f"{minutes} | " + " | ".join(cells) + f" | {best} | " + " | ".join(test) + " |"
         )
     seeds = {
         "train": sorted({r["seed"] for r in rows})[0] if rows else None,
