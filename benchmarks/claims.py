@@ -68,12 +68,10 @@ def _lookup(data: Any, key: str) -> Any:
         if isinstance(data, list):
             data, parts = data[int(parts[0])], parts[1:]
             continue
-        for n in range(len(parts), 0, -1):
-            if ".".join(parts[:n]) in data:
-                data, parts = data[".".join(parts[:n])], parts[n:]
-                break
-        else:
+        n = next((n for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in data), 0)
+        if not n:
             raise KeyError(parts[0])
+        data, parts = data[".".join(parts[:n])], parts[n:]
     return data
 
 

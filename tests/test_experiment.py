@@ -170,6 +170,16 @@ def test_the_shipped_specs_load_and_list_their_points(capsys: pytest.CaptureFixt
     )
 
 
+def test_the_bpr_mf_seeds_spec_trains_table_2s_bpr_mf_row() -> None:
+    """bert4rec-table2-bpr-mf-seeds repeats Table 2's BPR-MF point over seeds; specs cannot
+    refer to each other's points, so the two must not drift apart: same config, seed aside."""
+    table2, seeds = load_spec("bert4rec-table2"), load_spec("bert4rec-table2-bpr-mf-seeds")
+    row = next(p for p in table2.points if p.label == "bpr-mf")
+    assert seeds.seeds == (0, 1, 2) and len(seeds.points) == 1
+    for seed in seeds.seeds:
+        assert seeds.config(seeds.points[0], seed) == table2.config(row, seed)
+
+
 def test_points_with_their_own_budgets_extra_columns_and_the_papers_table(
     tiny_runs: dict[str, Path], tmp_path: Path
 ) -> None:
