@@ -8,7 +8,7 @@ from seqrec.data.candidates import _gumbel_top_n, item_popularity, sample_negati
 from seqrec.data.preprocess import Sequences, preprocess
 from seqrec.data.split import leave_one_out
 from seqrec.data.synthetic import synthetic_interactions
-from seqrec.evaluate import evaluate, pad_histories
+from seqrec.evaluate import evaluate, full_ranks, pad_histories
 from seqrec.models.baselines import Popularity
 
 
@@ -207,3 +207,28 @@ def test_an_infinite_target_ranks_last() -> None:
     table = np.array([[0, 0, 0, 0, np.inf, -1.0, -2.0]])
     report = evaluate(TableScorer(table, split.test.histories), split.test, protocols=["full"])
     assert report.ranks["full"].tolist() == [2]
+
+
+def test_full_ranks_match_masking_the_whole_row() -> None:
+    # random scores with ties, NaN and +-inf; histories with repeats, padding and the target
+    # itself: the one-pass count equals masking the excluded items out and counting the rest
+    gen = torch.Generator().manual_seed(0)
+    b, v = 64, 40
+    scores = torch.randint(0, 6, (b, v), generator=gen).float()
+    scores[torch.rand(b, v, generator=gen) < 0.05] = torch.nan
+    scores[torch.rand(b, v, generator=gen) < 0.05] = torch.inf
+    scores[torch.rand(b, v, generator=gen) < 0.05] = -torch.inf
+    targets = torch.randint(1, v, (b,), generator=gen)
+    t_score = scores.gather(1, targets[:, None])
+    t_score = torch.where(torch.isfinite(t_score), t_score, -torch.inf)
+    seen = torch.randint(1, 8, (b, 12), generator=gen)  # ids 1-7 only: many repeats
+    seen[:, :3] = 0  # left padding
+    seen[::4, -1] = targets[::4]  # a target already in the history
+    got = full_ranks(scores, t_score, torch.cat([seen, targets[:, None]], 1))
+    want = []
+    for r in range(b):
+        out = set(seen[r].tolist()) | {0, int(targets[r])}
+        t = float(t_score[r])
+        want.append(sum(1 for i in range(v) if i not in out and not float(scores[r, i]) < t))
+    assert got.tolist() == want and got.dtype == torch.int64
+    assert max(want) > min(want)  # the case is not degenerate

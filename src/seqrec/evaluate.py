@@ -52,6 +52,7 @@ __all__ = [
     "EvalReport",
     "Scorer",
     "evaluate",
+    "full_ranks",
     "item_popularity",
     "load_ranks",
     "pad_histories",
@@ -105,6 +106,24 @@ class EvalReport:
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)  # protocol -> name -> value
 
 
+def full_ranks(scores: torch.Tensor, t_score: torch.Tensor, excluded: torch.Tensor) -> torch.Tensor:
+    """(B,) how many items rank at or above the target (its score `t_score`, (B, 1)) in `scores`
+    (B, V), leaving out the padding id 0 and the ids in `excluded` (B, H): the history and the
+    target itself, repeats allowed. A rival counts as above when its score is >= the target's or
+    NaN, i.e. when it is not below it.
+
+    One pass over the (B, V) scores: every item not below the target is counted, then those of
+    the (small) excluded set, each distinct id once, are taken off again. A row's rank is
+    therefore the same as masking the excluded items out of the whole row, at a fraction of the
+    cost on a large catalogue (validation of a time-budgeted run pays it every few epochs).
+    """
+    not_below = scores.shape[1] - (scores < t_score).sum(1)
+    ex = torch.cat([torch.zeros_like(excluded[:, :1]), excluded], 1).sort(1).values
+    distinct = torch.ones_like(ex, dtype=torch.bool)
+    distinct[:, 1:] = ex[:, 1:] != ex[:, :-1]
+    return not_below - (~(scores.gather(1, ex) < t_score) & distinct).sum(1)
+
+
 @torch.no_grad()
 def evaluate(
     scorer: Scorer,
@@ -141,20 +160,14 @@ def evaluate(
         t_score = torch.where(torch.isfinite(t_score), t_score, -torch.inf)
         for p in protocols:
             if p == "full":
-                seen = torch.from_numpy(pad_histories(hist, rows)).to(
-                    device
-                )  # (B, H) whole history
-                cand = torch.ones_like(scores, dtype=torch.bool)
-                cand[:, 0] = False
-                cand.scatter_(1, seen, False)
-                cand.scatter_(1, targets[:, None], False)  # the target itself is not a rival
-                above = ((scores >= t_score) | scores.isnan()) & cand
+                seen = torch.from_numpy(pad_histories(hist, rows)).to(device)  # whole history
+                rank = full_ranks(scores, t_score, torch.cat([seen, targets[:, None]], 1))
             else:
                 assert negatives is not None
                 negs = torch.from_numpy(negatives[p][rows]).to(device)  # (B, N)
                 rival = scores.gather(1, negs)  # (B, N)
-                above = ((rival >= t_score) | rival.isnan()) & (negs != 0)
-            ranks[p][rows] = above.sum(1).cpu().numpy()
+                rank = (~(rival < t_score) & (negs != 0)).sum(1)
+            ranks[p][rows] = rank.cpu().numpy()
         bar.update(len(rows))
     bar.close()
     report = EvalReport(split=eval_set.split, users=eval_set.users, ranks=ranks)
