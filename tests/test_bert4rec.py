@@ -28,6 +28,24 @@ def test_shapes_and_ids() -> None:
     assert m.max_len == 11  # N - 1 history items + the appended [MASK]
 
 
+def test_score_is_the_output_layer_beside_a_padding_column() -> None:
+    # written in place into one tensor (fp32) or assembled (bf16 autocast): the same numbers
+    m = _model(n_items=30)
+    with torch.no_grad():
+        m.out_bias.normal_()  # a bias that is not zero
+    x = torch.randint(1, 31, (5, 7))
+    weight, bias = m.output_weights()
+    with torch.no_grad():
+        want = m.output_features(m.user_vector(x)) @ weight.T + bias
+        s = m.score(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = m.score(x)
+    assert s.shape == (5, 31) and torch.equal(s[:, 1:], want)
+    assert (s[:, 0] == -torch.inf).all() and (low[:, 0] == -torch.inf).all()
+    assert torch.allclose(low[:, 1:].float(), want, atol=0.05, rtol=0.05)
+    assert torch.equal(m.score(x).detach(), s)  # with autograd on: the assembled path
+
+
 def test_padding_is_never_attended() -> None:
     m = _model()
     x = torch.tensor([[0, 0, 0, 5, 6, 7], [1, 2, 3, 4, 5, 6]])

@@ -98,6 +98,13 @@ def pad_histories(seqs: Sequences, rows: np.ndarray, max_len: int | None = None)
     return left_pad(seqs.items, starts, ends, width)
 
 
+# At most `batch_size` histories are scored per call, and fewer on a large catalogue: so many
+# that one call's (rows, n_items + 1) float32 scores stay within this many bytes. A larger block
+# is a fresh allocation above glibc's mmap threshold (32 MB at most) on every call, paid again in
+# page faults each time (benchmarks/eval_speed.py measures a whole validation pass).
+SCORES_BYTES = 16 << 20
+
+
 @dataclass
 class EvalReport:
     split: str
@@ -117,11 +124,11 @@ def full_ranks(scores: torch.Tensor, t_score: torch.Tensor, excluded: torch.Tens
     therefore the same as masking the excluded items out of the whole row, at a fraction of the
     cost on a large catalogue (validation of a time-budgeted run pays it every few epochs).
     """
-    not_below = scores.shape[1] - (scores < t_score).sum(1)
+    not_below = scores.shape[1] - (scores < t_score).sum(1, dtype=torch.int32)
     ex = torch.cat([torch.zeros_like(excluded[:, :1]), excluded], 1).sort(1).values
     distinct = torch.ones_like(ex, dtype=torch.bool)
     distinct[:, 1:] = ex[:, 1:] != ex[:, :-1]
-    return not_below - (~(scores.gather(1, ex) < t_score) & distinct).sum(1)
+    return (not_below - (~(scores.gather(1, ex) < t_score) & distinct).sum(1)).long()
 
 
 @torch.no_grad()
@@ -149,8 +156,9 @@ def evaluate(
     # Group users by history length so each batch pads little; results go back to user order.
     order = np.argsort(hist.lengths, kind="stable")
     bar = tqdm(total=n_eval, desc=f"evaluate {eval_set.split}", unit="user", disable=not progress)
-    for lo in range(0, n_eval, batch_size):
-        rows = order[lo : lo + batch_size]
+    step = max(1, min(batch_size, SCORES_BYTES // (4 * (hist.n_items + 1))))
+    for lo in range(0, n_eval, step):
+        rows = order[lo : lo + step]
         inputs = torch.from_numpy(pad_histories(hist, rows, scorer.max_len)).to(device)
         users = torch.from_numpy(eval_set.users[rows]).to(device)
         scores = scorer.score(inputs, users).float()  # (B, V)

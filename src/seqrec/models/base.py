@@ -91,11 +91,27 @@ class SequenceModel(nn.Module, ABC):
     def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
         """The `Scorer` interface: (B, L) histories -> (B, n_items + 1); column 0 is -inf."""
         weight, bias = self.output_weights()
-        scores = self.output_features(self.user_vector(histories, users)) @ weight.T
+        features = self.output_features(self.user_vector(histories, users))
+        # out= is outside autocast, autograd and export (a traced graph may later run with
+        # autograd on): the scores are assembled there instead
+        if (
+            torch.is_grad_enabled()
+            or torch.is_autocast_enabled(features.device.type)
+            or torch.jit.is_tracing()
+            or torch.onnx.is_in_onnx_export()
+        ):
+            scores = features @ weight.T
+            if bias is not None:
+                scores = scores + bias
+            return torch.cat([torch.full_like(scores[:, :1], -math.inf), scores], dim=1)
+        # (B, n_items + 1) allocated once and written in place: on a large catalogue the
+        # scores are tens of MB, and each fresh tensor of that size costs its page faults
+        out = features.new_empty(features.shape[0], weight.shape[0] + 1)
+        out[:, 0] = -math.inf
+        torch.mm(features, weight.T, out=out[:, 1:])
         if bias is not None:
-            scores = scores + bias
-        pad = torch.full_like(scores[:, :1], -math.inf)
-        return torch.cat([pad, scores], dim=1)
+            out[:, 1:] += bias
+        return out
 
 
 class Sampler(Protocol):
