@@ -421,3 +421,35 @@ def test_cpu_use_is_recorded_per_epoch_and_time_weighted_overall(trained: FitRes
     history = [{"epoch_s": 10.0, "cpu_util": 1.0}, {"epoch_s": 30.0, "cpu_util": 0.5}]
     assert _cpu_util(history) == pytest.approx(0.625)
     assert _cpu_util([{"epoch_s": 5.0}]) is None  # a log written before the field existed
+
+
+def test_train_plus_valid_learns_the_validation_items_and_tests_the_last_state(
+    toy: PreparedDataset, tmp_path: Path
+) -> None:
+    n_all, n_evaluated = len(toy.split.sequences.items), len(toy.split.test.users)
+    cfg = _config(max_epochs=3, eval_every=1, train_on="train+valid")
+    # the batches of both tasks hold one more item per evaluated user, never the test one
+    assert len(entry("bert4rec").batches(cfg, toy).train.items) == n_all - n_evaluated  # type: ignore[attr-defined]
+    sasrec = from_dict(RunConfig, {"model": "sasrec", "train": {"train_on": "train+valid"}})
+    assert len(entry("sasrec").batches(sasrec, toy).train.items) == n_all - n_evaluated  # type: ignore[attr-defined]
+    assert len(entry("bert4rec").batches(_config(), toy).train.items) == n_all - 2 * n_evaluated  # type: ignore[attr-defined]
+
+    result = fit(toy, cfg, tmp_path / "run", progress=False)
+    m = result.metrics
+    # nothing validated (the validation targets were training targets): the last state tested
+    log = [json.loads(x) for x in (result.run_dir / LOG).read_text().splitlines()]
+    assert len(log) == 3 and not any(k.startswith("valid_") for h in log for k in h)
+    assert "valid" not in m and set(m["test"]) == {"full", "uni100", "pop100"}
+    assert m["best_epoch"] == 2 and m["train_on"] == "train+valid"
+    last = read_checkpoint(result.run_dir)
+    assert last is not None
+    tested = load_run(result.run_dir).model.state_dict()
+    assert all(torch.equal(tested[k], v) for k, v in last["model"].items())
+    # the recommender's popularity (an empty history's ranking) counts what the model saw
+    vocab = json.loads((result.run_dir / "vocab.json").read_text())
+    assert sum(vocab["popularity"]) == n_all - n_evaluated
+
+    with pytest.raises(ConfigError, match="train.patience = 0"):
+        fit(toy, _config(patience=3, train_on="train+valid"), tmp_path / "p", progress=False)
+    with pytest.raises(ConfigError, match="train_on"):
+        _config(train_on="everything")

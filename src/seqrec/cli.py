@@ -158,7 +158,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     label = run_label(cfg.model, cfg.train.loss)
     print(metrics_table(m["test"], model=label, with_paper=_is_ml1m(ds)))
     print(
-        f"\n{m['epochs']} epochs ({m['stopped']}), best epoch {m['best_epoch']} on "
+        f"\n{m['epochs']} epochs ({m['stopped']}), tested epoch {m['best_epoch']}, chosen by "
         f"{m['selected_on']}; {m['train_time_s'] / 60:.1f} min, {m['seq_per_s']:.0f} seq/s "
         f"-> {result.run_dir}"
     )

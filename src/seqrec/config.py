@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from seqrec.data.settings import DataConfig, EvalConfig
+from seqrec.data.split import TrainOn
 from seqrec.errors import ConfigError
 
 __all__ = [
@@ -99,6 +100,13 @@ class TrainConfig:
     patience: int = 10  # validations without improvement before stopping; 0 = never stop early
     val_protocol: str = "full"  # early stopping / best state: this protocol on VALIDATION
     val_metric: str = "ndcg@10"
+    # What the model learns from: "train", the training part (BERT4Rec §4.1, SASRec §IV-A), or
+    # "train+valid": the validation items too. DEVIATION (the original BERT4Rec code's
+    # gen_data_fin.py, "put validate into train": its Table 2 numbers come from a model that
+    # trained on every item but the test one). Nothing is then validated (the validation
+    # targets are training targets): the run's last state is the tested one, so the schedule
+    # (e.g. a budget's decay) must be fixed beforehand, on a "train" run; patience must be 0.
+    train_on: TrainOn = "train"
     time_budget: str | None = None  # wall clock for training, e.g. "20m", "1h30m", "90s"
     seed: int = 0
     device: str = "auto"  # "auto" = cuda when available, else cpu

@@ -293,6 +293,11 @@ def _slug(label: str) -> str:
 
 def _value(metrics: dict[str, Any], key: str) -> float:
     split, protocol, name = key.split(".")
+    if split not in metrics:  # a train+valid run has no validation metrics
+        raise ConfigError(
+            f"metric {key}: a run with train.train_on = {metrics.get('train_on')!r} has no "
+            f"{split} metrics"
+        )
     return float(metrics[split][protocol][name])
 
 

@@ -346,6 +346,14 @@ def _fit(
         raise ConfigError('train.decay = "budget" needs train.time_budget')
     if not 0.0 <= t.decay_start < 1.0:
         raise ConfigError(f"train.decay_start must be in [0, 1), got {t.decay_start}")
+    # train+valid: the validation targets are training targets, so nothing is validated and
+    # the last state is the tested one
+    validating = t.train_on == "train"
+    if not validating and t.patience:
+        raise ConfigError(
+            f'train.train_on = "{t.train_on}" trains on the validation targets, so nothing can '
+            f"stop early on them: set train.patience = 0 (got {t.patience})"
+        )
     device = resolve_device(t.device)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = t.tf32
@@ -360,7 +368,7 @@ def _fit(
             run_dir / ckpt.CONFIG,
             {**cfg.to_dict(), "source": {**(source or {}), "prepared": str(ds.path)}},
         )
-        train_items = ds.split.train.items
+        train_items = ds.split.training(t.train_on).items
         popularity = np.bincount(train_items, minlength=ds.n_items + 1).tolist()
         # the training popularity: the ranking a recommender gives an empty history
         ckpt.write_json(
@@ -499,7 +507,7 @@ def _fit(
             "cpu_util": cpu_seconds / max(seconds * torch.get_num_threads(), 1e-9),
         }
         last = epoch == t.max_epochs - 1 or step >= total_steps
-        if (epoch + 1) % t.eval_every == 0 or last or out_of_time:
+        if validating and ((epoch + 1) % t.eval_every == 0 or last or out_of_time):
             value = validate()  # of a finite state (checked above): never a diverged one
             line[f"valid_{val_protocol}_{t.val_metric}"] = value
             if value > best["metric"]:
@@ -549,12 +557,14 @@ def _fit(
             break
     bar.close()
 
-    # The test split, once, with the state chosen on validation.
+    # The test split, once, with the state chosen on validation (train+valid: the last state).
+    if not validating:
+        best = {"metric": math.nan, "epoch": len(history) - 1, "state": None}
     if best["state"] is not None:
         model.load_state_dict(best["state"])
     model.eval()
     metrics: dict[str, Any] = {"model": cfg.model, "dataset": ds.name}
-    for split in ("valid", "test"):
+    for split in ("valid", "test") if validating else ("test",):
         report = ds.evaluate(
             evaluator,
             split,
@@ -573,7 +583,10 @@ def _fit(
             "epochs": epochs_run,
             "steps": step,
             "stopped": stopped,
-            "selected_on": f"valid {val_protocol} {t.val_metric}",
+            "selected_on": f"valid {val_protocol} {t.val_metric}"
+            if validating
+            else "being the last (train.train_on = train+valid)",
+            "train_on": t.train_on,
             "wall_time_s": time.perf_counter() - started,
             "train_time_s": train_seconds,
             "seq_per_s": n_samples / max(train_seconds, 1e-9),
@@ -651,7 +664,7 @@ def setup(
     if fresh and t.init_from:
         _warm_start(model, Path(t.init_from), cfg, ds)
     elif fresh:  # e.g. bert4rec.out_bias_init (a no-op for most models)
-        counts = np.bincount(ds.split.train.items, minlength=ds.n_items + 1)[1:]
+        counts = np.bincount(ds.split.training(t.train_on).items, minlength=ds.n_items + 1)[1:]
         model.init_output_bias(torch.from_numpy(counts).to(device))
     model.train()
     sampler = entry(cfg.model).batches(cfg, ds)

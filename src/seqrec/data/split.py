@@ -5,6 +5,10 @@ second-last the validation target, the rest is training.
 - the test input is the full history before the test item, validation item included;
 - users with fewer than 3 items have nothing to hold out: all their items are training data and
   they are not evaluated (with the papers' 5-core filter this never happens).
+
+`LeaveOneOut.training("train+valid")` is what the original BERT4Rec code trains on: every item but
+the test one (its gen_data_fin.py puts the validation item into training; the paper's §4.1 text
+trains on "the remaining items"). A model trained on it cannot be selected on validation.
 """
 
 from __future__ import annotations
@@ -16,9 +20,11 @@ import numpy as np
 
 from seqrec.data.preprocess import Sequences
 
-__all__ = ["EvalSet", "LeaveOneOut", "Split", "leave_one_out"]
+__all__ = ["EvalSet", "LeaveOneOut", "Split", "TrainOn", "leave_one_out"]
 
 Split = Literal["valid", "test"]
+# what a model learns from: the training part, or that and the validation items
+TrainOn = Literal["train", "train+valid"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,17 @@ class LeaveOneOut:
         if split == "test":
             return self.test
         raise ValueError(f"split must be 'valid' or 'test', got {split!r}")
+
+    def training(self, train_on: TrainOn = "train") -> Sequences:
+        """The sequences a model learns from: `train`, or ("train+valid") every user's items but
+        the test one, validation item included (the original BERT4Rec code's training data)."""
+        if train_on == "train":
+            return self.train
+        if train_on == "train+valid":
+            lengths = self.sequences.lengths
+            users = np.arange(self.sequences.n_users, dtype=np.int64)
+            return self.sequences.take(users, drop_last=np.where(lengths >= 3, 1, 0))
+        raise ValueError(f"train_on must be 'train' or 'train+valid', got {train_on!r}")
 
 
 def leave_one_out(seqs: Sequences) -> LeaveOneOut:

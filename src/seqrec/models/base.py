@@ -144,7 +144,7 @@ def next_item_batches(cfg: RunConfig, ds: PreparedDataset, max_len: int) -> Samp
     from seqrec.data.batches import NextItemSampler
 
     t = cfg.train
-    train = ds.split.train
+    train = ds.split.training(t.train_on)
     popularity = t.negative_sampling == "popularity"
     return NextItemSampler(
         train,

@@ -258,7 +258,7 @@ class BERT4Rec(SequenceModel):
 
 def _cloze_batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
     return ClozeSampler(
-        ds.split.train,
+        ds.split.training(cfg.train.train_on),
         max_len=cfg.bert4rec.max_len,
         cfg=cfg.cloze,
         batch_size=cfg.train.batch_size,
