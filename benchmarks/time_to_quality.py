@@ -109,7 +109,10 @@ def main() -> None:
                         "test_full_hr@10": test["full"]["hr@10"],
                         "test_pop100_ndcg@10": test["pop100"]["ndcg@10"],
                         "test_pop100_hr@10": test["pop100"]["hr@10"],
-                        "best_valid_full_ndcg@10": metrics["valid"]["full"]["ndcg@10"],
+                        # None for a train+valid run (train.train_on): nothing validated
+                        "best_valid_full_ndcg@10": (
+                            metrics["valid"]["full"]["ndcg@10"] if "valid" in metrics else None
+                        ),
                         "epochs": metrics["epochs"],
                         "best_epoch": metrics["best_epoch"],
                         "train_min": metrics["train_time_s"] / 60,
