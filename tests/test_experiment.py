@@ -12,7 +12,7 @@ import pytest
 
 from seqrec.cli import main
 from seqrec.errors import ConfigError
-from seqrec.experiment import load_spec, run_experiment, spec_names
+from seqrec.experiment import _value, load_spec, run_experiment, spec_names
 
 BASE = """model = "sasrec"
 [sasrec]
@@ -279,3 +279,10 @@ def test_series_sweep_one_axis_per_model_over_shared_values(
     assert grid.config(grid.points[8], 0).fpmc.d_model == 16
     fig3 = load_spec("fig3-ml1m")  # the shipped Figure 3: four models x five sizes
     assert len(fig3.points) == 20 and fig3.config(fig3.points[12], 0).gru4rec.hidden == 64
+
+
+def test_a_validation_metric_of_a_train_plus_valid_run_is_a_one_line_error() -> None:
+    metrics = {"test": {"full": {"ndcg@10": 0.25}}, "train_on": "train+valid"}
+    assert _value(metrics, "test.full.ndcg@10") == 0.25
+    with pytest.raises(ConfigError, match="train_on = 'train\\+valid' has no valid metrics"):
+        _value(metrics, "valid.full.ndcg@10")
