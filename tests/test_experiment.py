@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from seqrec.cli import main
+from seqrec.config import RunConfig, load_config
 from seqrec.errors import ConfigError
 from seqrec.experiment import _value, load_spec, run_experiment, spec_names
+from seqrec.models.bert4rec import effective_config
 
 BASE = """model = "sasrec"
 [sasrec]
@@ -129,6 +131,7 @@ def test_an_epochs_sweep_trains_every_point_the_same_epochs_without_a_clock(
         ('axis = "sasrec.d_model"\nvalues = [8]\nmetric = "ndcg"\n', "metric must look like"),
         ('[[points]]\nset = ["sasrec.d_model=8"]\n', "points[0] needs a label"),
         ("axis = [", "not valid TOML"),
+        ('set = "x"\naxis = "sasrec.d_model"\nvalues = [8]\n', "set must be a list"),
     ],
 )
 def test_a_bad_spec_is_one_line_naming_the_file(tmp_path: Path, body: str, message: str) -> None:
@@ -165,9 +168,19 @@ def test_the_shipped_specs_load_and_list_their_points(capsys: pytest.CaptureFixt
     assert main(["experiment", "table5-ml1m", "--data", "ml-1m", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert (
-        "h = 8 seed 0: bert4rec.n_heads=8" in out
-        and "recipe (no dropout) seed 0: (the base)" in out
+        "h = 8 seed 0: bert4rec.dropout=0.0 bert4rec.n_heads=8" in out
+        and "recipe (no dropout) seed 0: bert4rec.dropout=0.0 [" in out
     )
+    # the spec's `set` overrides its base for its own points, not points with another base,
+    # and a point's own override wins ("dropout 0.2")
+    table5 = load_spec("table5-ml1m")
+    drop = {p.label: table5.config(p, 0).bert4rec.dropout for p in table5.points}
+    assert drop["recipe (no dropout)"] == 0.0 and drop["dropout 0.2"] == 0.2
+    point = next(p for p in table5.points if p.label == "dropout 0.2")  # at its 5-minute budget
+    assert effective_config(table5.config(point, 0)).dropout == 0.2
+    assert load_config(RunConfig, "ml-1m-bert4rec").bert4rec.dropout == 0.1
+    assert table3.points[0].overrides == ("sasrec.d_model=256",)
+    assert table3.config(table3.points[2], 0).bert4rec.dropout == 0.0
 
 
 def test_the_bpr_mf_seeds_spec_trains_table_2s_bpr_mf_row() -> None:

@@ -29,6 +29,7 @@ from seqrec.evaluate import (
 from seqrec.export import FORMATS, export_run
 from seqrec.metrics import metric_names, paired_test
 from seqrec.models.baselines import Popularity
+from seqrec.models.bert4rec import effective_config
 from seqrec.recommender import Recommender, read_histories, write_recommendations
 from seqrec.report import metrics_table, run_label, stats_table
 from seqrec.train import fit, resolve_device
@@ -143,6 +144,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             extra.append(f"train.time_budget={json.dumps(args.time_budget)}")
         args.set = [*(args.set or []), *extra]
         cfg = _run_config(args)
+    _say_dropout(cfg)
     ds = prepare(
         args.data, data_cfg=cfg.data, eval_cfg=cfg.eval, force=args.force, progress=not args.quiet
     )
@@ -163,6 +165,17 @@ def cmd_train(args: argparse.Namespace) -> int:
         f"-> {result.run_dir}"
     )
     return 0
+
+
+def _say_dropout(cfg: RunConfig) -> None:
+    """One line when bert4rec.dropout_min_minutes turns the hidden dropout off for this budget."""
+    if cfg.model == "bert4rec" and effective_config(cfg).dropout != cfg.bert4rec.dropout:
+        print(
+            f"bert4rec: no hidden dropout for a {cfg.train.time_budget} budget (shorter than "
+            f"bert4rec.dropout_min_minutes = {cfg.bert4rec.dropout_min_minutes:g}; "
+            f"{cfg.bert4rec.dropout} from there on)",
+            flush=True,
+        )
 
 
 def _is_ml1m(ds: PreparedDataset) -> bool:
@@ -509,6 +522,7 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     )
     paper = _is_ml1m(ds)
     print(f"data: {origin} -> {ds.path}\n")
+    _say_dropout(cfg)
     print(stats_table(ds.name, ds.stats) + "\n")
     pop = ds.evaluate(
         Popularity.fit(ds.split.train),

@@ -8,6 +8,8 @@ A spec (TOML; a path or a shipped name from `seqrec/experiments/`):
 
     title = "BERT4Rec Table 4: maximum length N, ML-1M"
     base = "ml-1m-bert4rec"          # a shipped config name or a path
+    # set = ["bert4rec.dropout=0.0"] # (optional: overrides of the base, for every point that
+    #                                #  has no base of its own)
     budget = "5m"                    # per point (optional: the base config's own stopping rule)
     # epochs = 30                    # ... or the same number of epochs for every point, no clock
     seeds = [0]
@@ -68,6 +70,7 @@ _KEYS = {
     "paper_table",
     "plot",
     "series",
+    "set",
 }
 _METRIC = r"(valid|test)\.\w+\.[\w@]+"
 
@@ -211,6 +214,13 @@ def load_spec(path: str | Path) -> ExperimentSpec:
             points.append(Point(item["label"], tuple(sets), point_base, point_budget))
     if not points:
         raise ConfigError(f"{p}: no points (give axis + values, or [[points]])")
+    base_set = raw.get("set", [])
+    if not isinstance(base_set, list) or not all(isinstance(x, str) for x in base_set):
+        raise ConfigError(f"{p}: set must be a list of 'section.key=value'")
+    points = [  # the base's overrides come first, so a point's own win
+        dataclasses.replace(pt, overrides=(*base_set, *pt.overrides)) if pt.base is None else pt
+        for pt in points
+    ]
     labels = [pt.label for pt in points]
     if len({_slug(label) for label in labels}) != len(labels):
         raise ConfigError(f"{p}: point labels must differ, also as directory names ({labels})")

@@ -301,7 +301,8 @@ def train_or_reuse(
     from seqrec.config import config_diff
 
     if (out / ckpt.CONFIG).exists():
-        diff = config_diff(ckpt.read_config(out), cfg)
+        resolve = entry(cfg.model).as_trained or (lambda c: c)
+        diff = config_diff(resolve(ckpt.read_config(out)), resolve(cfg))
         if diff:
             raise ConfigError(
                 f"{out}: holds a run of another config ({'; '.join(diff)}); "
