@@ -197,3 +197,20 @@ def test_train_sasrec_with_each_loss_then_compare(
     assert "at least two" in capsys.readouterr().err
     assert main(["compare", runs[0], runs[0]]) == 2
     assert "twice" in capsys.readouterr().err
+
+
+def test_train_says_in_one_line_when_a_short_budget_turns_dropout_off(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from seqrec.cli import _say_dropout
+    from seqrec.config import RunConfig, load_config
+
+    _say_dropout(load_config(RunConfig, "ml-1m-bert4rec", ['train.time_budget="15m"']))
+    out = capsys.readouterr().out
+    assert out == (
+        "bert4rec: no hidden dropout for a 15m budget (shorter than "
+        "bert4rec.dropout_min_minutes = 30; 0.1 from there on)\n"
+    )
+    _say_dropout(load_config(RunConfig, "ml-1m-bert4rec"))  # its own 60 minutes: dropout on
+    _say_dropout(load_config(RunConfig, "ml-1m-sasrec-ce", ['train.time_budget="1m"']))
+    assert capsys.readouterr().out == ""
