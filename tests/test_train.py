@@ -369,6 +369,12 @@ def test_auto_precision_is_decided_once_and_recorded(
     import seqrec.train as train_module
 
     cfg = _config(max_epochs=2, bf16="auto", loss_bf16="auto")
+    # without bf16 instructions (an AVX2-only CPU) fp32 is kept without timing bf16
+    monkeypatch.setattr(train_module, "_has_bf16_instructions", lambda device: False)
+    p = fit(toy, cfg, tmp_path / "avx2", progress=False).metrics["precision"]
+    assert p["loss_bf16"] is False and "loss_s" not in p
+    assert "no bf16 instructions" in p["loss_bf16_reason"]
+    monkeypatch.setattr(train_module, "_has_bf16_instructions", lambda device: True)
     result = fit(toy, cfg, tmp_path / "run", progress=False)
     p = result.metrics["precision"]
     assert isinstance(p["loss_bf16"], bool) and p["bf16"] in (True, False)

@@ -188,6 +188,12 @@ def _has_matrix_units(device: torch.device) -> bool:
     return device.type == "cuda" or "amx_bf16" in cpu_flags()
 
 
+def _has_bf16_instructions(device: torch.device) -> bool:
+    """A GPU, or a CPU with bf16 dot products (AVX512-BF16) or AMX. Without them bf16 matmuls
+    are emulated, many times slower than fp32 (docs/performance.md, "The machines")."""
+    return device.type == "cuda" or bool({"avx512_bf16", "amx_bf16"} & set(cpu_flags()))
+
+
 def resolve_precision(
     cfg: RunConfig,
     model: SequenceModel,
@@ -197,15 +203,19 @@ def resolve_precision(
 ) -> tuple[RunConfig, dict[str, Any]]:
     """`cfg` with "auto" precisions decided for this machine, and what was measured.
 
-    `train.loss_bf16 = "auto"`: the chunked CE's forward and backward on random features of
-    this model's width, for a batch's worth of targets, timed in fp32 and in bf16 (best of 3);
-    the faster wins. `train.bf16 = "auto"`: fp32 where there are no bf16 matrix units (a CPU
+    `train.loss_bf16 = "auto"`: fp32 where there are no bf16 instructions (a CPU without
+    AVX512-BF16 or AMX); else the chunked CE's forward and backward on random features of this
+    model's width, for a batch's worth of targets, timed in fp32 and in bf16 (best of 3); the
+    faster wins. `train.bf16 = "auto"`: fp32 where there are no bf16 matrix units (a CPU
     without AMX); else a few forward and backward passes of `model` on `batch` timed both ways
     (gradients discarded, weights untouched)."""
     t = cfg.train
     found: dict[str, Any] = {}
     bf16, loss_bf16 = t.bf16, t.loss_bf16
-    if loss_bf16 == "auto":
+    if loss_bf16 == "auto" and not _has_bf16_instructions(device):
+        loss_bf16 = False
+        found["loss_bf16_reason"] = "fp32: no bf16 instructions (no AVX512-BF16, no AMX, no GPU)"
+    elif loss_bf16 == "auto":
         d = int(model.output_weights()[0].shape[1])
         m = max(1, int(batch.targets.shape[0]))
         gen = torch.Generator().manual_seed(0)
