@@ -16,7 +16,7 @@ from typing import Any
 
 from _common import write_results
 from seqrec.checkpoint import read_config
-from seqrec.config import RunConfig, config_diff, load_config
+from seqrec.config import RunConfig, as_trained, config_diff, load_config
 
 
 def main() -> None:
@@ -36,7 +36,7 @@ def main() -> None:
         cfg = read_config(run)
         changed = [
             d.split(": ")[0] + " = " + d.split(": ")[1].split(" vs ")[0]
-            for d in config_diff(cfg, base)
+            for d in config_diff(as_trained(cfg), as_trained(base))
         ]
         log = [json.loads(x) for x in (run / "log.jsonl").read_text().splitlines()]
         key = next((k for h in log for k in h if k.startswith("valid_")), None)
@@ -50,6 +50,7 @@ def main() -> None:
                 "epochs": len(log),
                 "curve": curve,
                 "best_valid": max(curve.values()) if curve else None,
+                "best_epoch": metrics["best_epoch"] if metrics else None,
                 "test": metrics["test"] if metrics else None,
                 "seq_per_s": (
                     sum(h["sequences"] for h in log) / max(1e-9, sum(h["epoch_s"] for h in log))

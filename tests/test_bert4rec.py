@@ -8,10 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from seqrec.checkpoint import build_model
-from seqrec.config import RunConfig, config_diff, load_config
-from seqrec.errors import ConfigError
-from seqrec.models.bert4rec import BERT4Rec, BERT4RecConfig, as_trained, effective_config
+from seqrec.models.bert4rec import BERT4Rec, BERT4RecConfig
 
 CFG = BERT4RecConfig(max_len=12, d_model=16, n_layers=2, n_heads=2, dropout=0.0, attn_dropout=0.0)
 
@@ -163,7 +160,6 @@ def test_head_norm_is_the_original_codes_layernorm_after_the_transform() -> None
 
 
 def test_a_run_from_before_head_norm_loads_without_it(tmp_path: Path) -> None:
-    import json
 
     from seqrec.checkpoint import read_config
 
@@ -229,39 +225,3 @@ def test_table5_ablations_remove_exactly_their_component() -> None:
     with torch.no_grad():
         want = layer.ln2(layer.ffn(layer.ln1(layer.attn(x, keep))))
         assert torch.allclose(layer(x, keep), want, atol=1e-6)
-
-
-def test_dropout_min_minutes_turns_the_hidden_dropout_off_for_shorter_budgets() -> None:
-    def ps(budget: str | None, minimum: float = 30) -> set[float]:
-        sets = [f"bert4rec.dropout_min_minutes={minimum}"]
-        sets += [f"train.time_budget={json.dumps(budget)}"] if budget else ['train.decay="epochs"']
-        cfg = load_config(RunConfig, None, ["bert4rec.dropout=0.1", "bert4rec.d_model=8", *sets])
-        model = build_model(cfg, n_items=5)
-        return {float(m.p) for m in model.modules() if hasattr(m, "p")}
-
-    assert ps("15m") == {0.0} and ps("29m59s") == {0.0}  # shorter: off everywhere
-    assert ps("30m") == {0.1} and ps("1h") == {0.1}  # from the minimum on: `dropout`
-    assert ps(None) == {0.1} and ps("5m", minimum=0) == {0.1}  # no budget / no minimum
-    # the shipped recipe: 60 minutes with dropout 0.1, its 5- and 15-minute budgets without
-    recipe = load_config(RunConfig, "ml-1m-bert4rec")
-    assert effective_config(recipe).dropout == 0.1
-    short = load_config(RunConfig, "ml-1m-bert4rec", ['train.time_budget="15m"'])
-    assert effective_config(short).dropout == 0.0 and short.bert4rec.dropout == 0.1
-    bad = load_config(
-        RunConfig, None, ["bert4rec.dropout_min_minutes=-1", 'train.time_budget="5m"']
-    )
-    with pytest.raises(ConfigError, match=r"^bert4rec\.dropout_min_minutes: expected >= 0"):
-        effective_config(bad)
-    # a run trained before the option (dropout 0 at 15 minutes, 0.1 at 60) is the same training
-    # as the recipe's at that budget, so benchmarks and sweeps reuse it
-    for budget, dropout in (("15m", 0.0), ("60m", 0.1)):
-        budget_set = f"train.time_budget={json.dumps(budget)}"
-        old = load_config(
-            RunConfig,
-            "ml-1m-bert4rec",
-            [budget_set, f"bert4rec.dropout={dropout}", "bert4rec.dropout_min_minutes=0"],
-        )
-        now = load_config(RunConfig, "ml-1m-bert4rec", [budget_set])
-        assert config_diff(old, now) and not config_diff(as_trained(old), as_trained(now))
-    other = short.replace_section("bert4rec", dropout=0.2, dropout_min_minutes=0.0)
-    assert config_diff(as_trained(other), as_trained(short)) == ["bert4rec.dropout: 0.2 vs 0.0"]

@@ -199,18 +199,20 @@ def test_train_sasrec_with_each_loss_then_compare(
     assert "twice" in capsys.readouterr().err
 
 
-def test_train_says_in_one_line_when_a_short_budget_turns_dropout_off(
+def test_train_says_in_one_line_what_a_short_budget_changes(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from seqrec.cli import _say_dropout
+    from seqrec.cli import _say_short_budget
     from seqrec.config import RunConfig, load_config
 
-    _say_dropout(load_config(RunConfig, "ml-1m-bert4rec", ['train.time_budget="15m"']))
-    out = capsys.readouterr().out
-    assert out == (
-        "bert4rec: no hidden dropout for a 15m budget (shorter than "
-        "bert4rec.dropout_min_minutes = 30; 0.1 from there on)\n"
+    _say_short_budget(load_config(RunConfig, "ml-1m-bert4rec", ['train.time_budget="5m"']))
+    assert capsys.readouterr().out == (
+        "5m is a short budget: this run trains with bert4rec.dropout=0.0 (under 30 min), "
+        "bert4rec.max_len=100 (under 10 min); --set short_budget=[] keeps the config's own\n"
     )
-    _say_dropout(load_config(RunConfig, "ml-1m-bert4rec"))  # its own 60 minutes: dropout on
-    _say_dropout(load_config(RunConfig, "ml-1m-sasrec-ce", ['train.time_budget="1m"']))
+    explicit = ['train.time_budget="15m"', "bert4rec.dropout=0.2"]  # an explicit key wins
+    _say_short_budget(load_config(RunConfig, "ml-1m-bert4rec", explicit))
+    assert capsys.readouterr().out == ""
+    _say_short_budget(load_config(RunConfig, "ml-1m-bert4rec"))  # its own 60 minutes
+    _say_short_budget(load_config(RunConfig, "ml-1m-sasrec-ce", ['train.time_budget="1m"']))
     assert capsys.readouterr().out == ""

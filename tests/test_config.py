@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -8,6 +10,9 @@ from seqrec.config import (
     DataConfig,
     EvalConfig,
     RunConfig,
+    ShortBudget,
+    apply_short_budget,
+    as_trained,
     config_diff,
     config_names,
     load_config,
@@ -76,7 +81,6 @@ def test_the_recipe_differs_from_the_paper_config_where_documented() -> None:
     assert changed == {
         "bert4rec.attn_dropout",
         "bert4rec.dropout",
-        "bert4rec.dropout_min_minutes",
         "bert4rec.dropout_impl",
         "bert4rec.out_bias_init",
         "cloze.pack",
@@ -91,10 +95,15 @@ def test_the_recipe_differs_from_the_paper_config_where_documented() -> None:
         "train.max_steps",
         "train.time_budget",
         "train.warmup_steps",
+        "short_budget",
     }
-    # the measured 60-minute recipe (results/bert4rec_ml1m.md): dropout 0.1, off under 30m
-    b = recipe.bert4rec
-    assert (b.dropout, b.dropout_min_minutes, recipe.train.time_budget) == (0.1, 30, "60m")
+    # the measured 60-minute recipe (results/bert4rec_ml1m.md): dropout 0.1; none under 30
+    # minutes, and N = 100 under 10 (results/bert4rec_ml1m_maxlen*.md)
+    assert (recipe.bert4rec.dropout, recipe.train.time_budget) == (0.1, "60m")
+    assert recipe.short_budget == (
+        ShortBudget(minutes=30, set=("bert4rec.dropout=0.0",)),
+        ShortBudget(minutes=10, set=("bert4rec.max_len=100",)),
+    )
     assert (recipe.train.lr, recipe.train.batch_size, recipe.train.decay_start) == (2e-3, 128, 0.5)
 
 
@@ -132,3 +141,50 @@ def test_the_paper_config_is_the_original_ml1m_schedule() -> None:
         0.1,
         0.5,
     )
+
+
+def test_short_budget_tiers_apply_under_their_minutes_and_explicit_keys_win() -> None:
+    def trained(*sets: str) -> tuple[float, int]:
+        b = as_trained(load_config(RunConfig, "ml-1m-bert4rec", list(sets))).bert4rec
+        return b.dropout, b.max_len
+
+    assert trained() == (0.1, 200)  # the config's own 60 minutes
+    assert trained('train.time_budget="30m"') == (0.1, 200)  # from 30 minutes on: the same
+    assert trained('train.time_budget="29m59s"') == (0.0, 200) == trained('train.time_budget="10m"')
+    assert trained('train.time_budget="9m"') == (0.0, 100) == trained('train.time_budget="5m"')
+    # a key given explicitly wins over its short-budget setting; the others still apply
+    assert trained('train.time_budget="5m"', "bert4rec.max_len=150") == (0.0, 150)
+    assert trained('train.time_budget="5m"', "short_budget=[]") == (0.1, 200)  # no tiers
+    recipe = load_config(RunConfig, "ml-1m-bert4rec")
+    unbudgeted = dataclasses.replace(
+        recipe, train=dataclasses.replace(recipe.train, time_budget=None)
+    )
+    assert apply_short_budget(unbudgeted) == unbudgeted  # no budget: nothing is short
+    # applied once: the run's config.json holds the result, and reading it back changes nothing
+    short = apply_short_budget(load_config(RunConfig, "ml-1m-bert4rec", ['train.time_budget="5m"']))
+    assert [t.applied for t in short.short_budget] == [True, True]
+    assert (short.bert4rec.dropout, short.bert4rec.max_len) == (0.0, 100)
+    assert apply_short_budget(short) == short
+    again = load_config(RunConfig, None, ['train.time_budget="1h"'], base=short)
+    assert as_trained(again).bert4rec.max_len == 100  # a resolved config stays as it trained
+    stored = json.loads(json.dumps(short.to_dict()))["short_budget"]
+    assert stored[1] == {"minutes": 10.0, "set": ["bert4rec.max_len=100"], "applied": True}
+    middle = apply_short_budget(
+        load_config(RunConfig, "ml-1m-bert4rec", ['train.time_budget="15m"'])
+    )
+    assert [t.applied for t in middle.short_budget] == [True, False]
+
+
+def test_short_budget_settings_are_checked_when_the_config_is_loaded() -> None:
+    def tier(minutes: float, setting: str) -> str:
+        return f"short_budget=[{{minutes = {minutes}, set = [{json.dumps(setting)}]}}]"
+
+    with pytest.raises(ConfigError, match=r"^short_budget\.minutes: expected >= 0, got -1"):
+        load_config(RunConfig, None, [tier(-1, "bert4rec.max_len=100")])
+    with pytest.raises(ConfigError, match=r"^short_budget\.set: 'train\.time_budget=1' cannot"):
+        load_config(RunConfig, None, [tier(5, "train.time_budget=1")])
+    with pytest.raises(
+        ConfigError,
+        match=r"^config: short_budget\.set: config\.bert4rec: unknown key\(s\) max_lenn",
+    ):
+        load_config(RunConfig, None, [tier(5, "bert4rec.max_lenn=100")])

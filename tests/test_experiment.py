@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 from seqrec.cli import main
-from seqrec.config import RunConfig, load_config
+from seqrec.config import RunConfig, as_trained, load_config
 from seqrec.errors import ConfigError
 from seqrec.experiment import _value, load_spec, run_experiment, spec_names
-from seqrec.models.bert4rec import effective_config
 
 BASE = """model = "sasrec"
 [sasrec]
@@ -168,8 +167,8 @@ def test_the_shipped_specs_load_and_list_their_points(capsys: pytest.CaptureFixt
     assert main(["experiment", "table5-ml1m", "--data", "ml-1m", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert (
-        "h = 8 seed 0: bert4rec.dropout=0.0 bert4rec.n_heads=8" in out
-        and "recipe (no dropout) seed 0: bert4rec.dropout=0.0 [" in out
+        "h = 8 seed 0: bert4rec.dropout=0.0 short_budget=[] bert4rec.n_heads=8" in out
+        and "recipe (no dropout) seed 0: bert4rec.dropout=0.0 short_budget=[] [" in out
     )
     # the spec's `set` overrides its base for its own points, not points with another base,
     # and a point's own override wins ("dropout 0.2")
@@ -177,7 +176,13 @@ def test_the_shipped_specs_load_and_list_their_points(capsys: pytest.CaptureFixt
     drop = {p.label: table5.config(p, 0).bert4rec.dropout for p in table5.points}
     assert drop["recipe (no dropout)"] == 0.0 and drop["dropout 0.2"] == 0.2
     point = next(p for p in table5.points if p.label == "dropout 0.2")  # at its 5-minute budget
-    assert effective_config(table5.config(point, 0)).dropout == 0.2
+    assert as_trained(table5.config(point, 0)).bert4rec.dropout == 0.2
+    # the ML-1M specs keep N = 200 at their short budgets, as they were measured, and table 4's
+    # own N wins
+    assert {as_trained(table5.config(p, 0)).bert4rec.max_len for p in table5.points} == {200}
+    table4 = load_spec("table4-ml1m")
+    lengths = [as_trained(table4.config(p, 0)).bert4rec.max_len for p in table4.points]
+    assert lengths == [10, 50, 100, 200, 400]
     assert load_config(RunConfig, "ml-1m-bert4rec").bert4rec.dropout == 0.1
     assert table3.points[0].overrides == ("sasrec.d_model=256",)
     assert table3.config(table3.points[2], 0).bert4rec.dropout == 0.0

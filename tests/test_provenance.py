@@ -12,9 +12,11 @@ from types import ModuleType
 
 import pytest
 
-from seqrec.config import RunConfig, config_diff, from_dict
+from seqrec import checkpoint as ckpt
+from seqrec.config import RunConfig, as_trained, config_diff, from_dict
 from seqrec.data.prepared import PreparedDataset, prepare_frame
 from seqrec.data.synthetic import synthetic_interactions
+from seqrec.errors import ConfigError
 from seqrec.provenance import ISA_FLAGS, machine
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -48,6 +50,39 @@ def test_config_diff_names_every_differing_key() -> None:
     a, b = _cfg(), _cfg(lr=1e-3, seed=3)
     assert config_diff(a, b) == ["train.lr: 0.005 vs 0.001", "train.seed: 0 vs 3"]
     assert config_diff(a, dataclasses.replace(a)) == []
+
+
+def test_a_short_budget_run_records_what_it_trained_and_is_reused_for_its_config(
+    toy: PreparedDataset, tmp_path: Path
+) -> None:
+    from seqrec.train import train_or_reuse
+
+    short = [{"minutes": 5, "set": ["bert4rec.max_len=8", "bert4rec.d_model=8"]}]
+
+    def cfg(budget: str) -> RunConfig:
+        return from_dict(RunConfig, {**_cfg(time_budget=budget).to_dict(), "short_budget": short})
+
+    out = tmp_path / "run"
+    metrics = train_or_reuse(out, cfg("1m"), toy, progress=False)
+    written = ckpt.read_config(out)  # config.json: the settings it trained with
+    assert (written.bert4rec.max_len, written.bert4rec.d_model) == (8, 8)
+    assert [tier.applied for tier in written.short_budget] == [True]
+    weights = ckpt.load_tensors(out / ckpt.WEIGHTS)
+    assert tuple(weights["pos_emb.weight"].shape) == (8, 8)
+    assert train_or_reuse(out, cfg("1m"), toy, progress=False) == metrics  # reused
+    with pytest.raises(ConfigError, match=r"another config \(bert4rec\.d_model: 8 vs 16; "):
+        train_or_reuse(out, cfg("10m"), toy, progress=False)  # not short: another training
+
+
+def test_a_run_written_before_short_budget_reads_as_it_trained(tmp_path: Path) -> None:
+    # bert4rec.dropout_min_minutes turned the dropout off at model build; config.json held the
+    # config as given
+    data = _cfg(time_budget="15m").to_dict()
+    del data["short_budget"]
+    data["bert4rec"].update(dropout=0.1, dropout_min_minutes=30.0)
+    (tmp_path / ckpt.CONFIG).write_text(json.dumps(data))
+    old = as_trained(ckpt.read_config(tmp_path))
+    assert (old.bert4rec.dropout, old.bert4rec.max_len) == (0.0, 12)
 
 
 def test_machine_records_the_cpu_and_its_isa_flags() -> None:

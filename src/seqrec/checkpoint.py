@@ -198,6 +198,11 @@ def read_config(run_dir: Path) -> RunConfig:
     for (section, key), value in _BEFORE_ADDED.items():
         if isinstance(data.get(section), dict):
             data[section].setdefault(key, value)
+    # before [[short_budget]]: bert4rec.dropout_min_minutes turned the hidden dropout off for a
+    # shorter budget, at model build, so the file holds the config as given
+    minimum = (data.get("bert4rec") or {}).pop("dropout_min_minutes", 0.0)
+    if minimum and "short_budget" not in data:
+        data["short_budget"] = [{"minutes": minimum, "set": ["bert4rec.dropout=0.0"]}]
     return from_dict(RunConfig, data, str(path), foreign="drop")
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from seqrec import registry
 from seqrec.checkpoint import load_run, read_config
-from seqrec.config import RunConfig, load_config
+from seqrec.config import RunConfig, load_config, short_budget_tiers
 from seqrec.data import download
 from seqrec.data.prepared import PreparedDataset, load_prepared, prepare, prepare_frame
 from seqrec.data.synthetic import synthetic_interactions
@@ -29,7 +29,6 @@ from seqrec.evaluate import (
 from seqrec.export import FORMATS, export_run
 from seqrec.metrics import metric_names, paired_test
 from seqrec.models.baselines import Popularity
-from seqrec.models.bert4rec import effective_config
 from seqrec.recommender import Recommender, read_histories, write_recommendations
 from seqrec.report import metrics_table, run_label, stats_table
 from seqrec.train import fit, resolve_device
@@ -144,7 +143,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             extra.append(f"train.time_budget={json.dumps(args.time_budget)}")
         args.set = [*(args.set or []), *extra]
         cfg = _run_config(args)
-    _say_dropout(cfg)
+    _say_short_budget(cfg)
     ds = prepare(
         args.data, data_cfg=cfg.data, eval_cfg=cfg.eval, force=args.force, progress=not args.quiet
     )
@@ -167,13 +166,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _say_dropout(cfg: RunConfig) -> None:
-    """One line when bert4rec.dropout_min_minutes turns the hidden dropout off for this budget."""
-    if cfg.model == "bert4rec" and effective_config(cfg).dropout != cfg.bert4rec.dropout:
+def _say_short_budget(cfg: RunConfig) -> None:
+    """One line when the config's short-budget tiers change this run's settings."""
+    due = short_budget_tiers(cfg)
+    if due:
+        settings = ", ".join(f"{t} (under {tier.minutes:g} min)" for tier in due for t in tier.set)
         print(
-            f"bert4rec: no hidden dropout for a {cfg.train.time_budget} budget (shorter than "
-            f"bert4rec.dropout_min_minutes = {cfg.bert4rec.dropout_min_minutes:g}; "
-            f"{cfg.bert4rec.dropout} from there on)",
+            f"{cfg.train.time_budget} is a short budget: this run trains with {settings}; "
+            "--set short_budget=[] keeps the config's own",
             flush=True,
         )
 
@@ -522,7 +522,7 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     )
     paper = _is_ml1m(ds)
     print(f"data: {origin} -> {ds.path}\n")
-    _say_dropout(cfg)
+    _say_short_budget(cfg)
     print(stats_table(ds.name, ds.stats) + "\n")
     pop = ds.evaluate(
         Popularity.fit(ds.split.train),

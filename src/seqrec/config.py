@@ -22,7 +22,10 @@ __all__ = [
     "DataConfig",
     "EvalConfig",
     "RunConfig",
+    "ShortBudget",
     "TrainConfig",
+    "apply_short_budget",
+    "as_trained",
     "config_diff",
     "config_names",
     "default_config",
@@ -31,6 +34,7 @@ __all__ = [
     "parse_duration",
     "parse_override",
     "resolve_config",
+    "short_budget_tiers",
 ]
 
 
@@ -130,7 +134,43 @@ class TrainConfig:
     init_from: str | None = None
 
 
-_RUN_KEYS = ("data", "eval", "model", "train")  # RunConfig's own keys; the rest are sections
+@dataclass(frozen=True)
+class ShortBudget:
+    """One tier of settings for short training budgets (`[[short_budget]]` in a config): a run
+    whose `train.time_budget` is shorter than `minutes` trains with `set` applied (each
+    `section.key=value`, as `--set`), so one config gives the best model at 5 minutes and at 60
+    (what learns fastest is not what ends best, docs/bert4rec.md). Every tier whose minutes the
+    budget is under applies, in order. A key given explicitly with the config (`seqrec train
+    --set`, a sweep's overrides) wins over a tier's setting. A run's config.json holds the
+    resolved config: the settings applied, and `applied` true, so they never apply twice."""
+
+    minutes: float = 0.0  # 0: never
+    set: tuple[str, ...] = ()
+    applied: bool = False
+
+    def __post_init__(self) -> None:
+        if self.minutes < 0:
+            raise ConfigError(f"short_budget.minutes: expected >= 0, got {self.minutes}")
+        for text in self.set:
+            keys, _ = parse_override(text)
+            if keys[0] in ("short_budget", "model") or keys == ["train", "time_budget"]:
+                raise ConfigError(
+                    f"short_budget.set: {text!r} cannot be a short-budget setting "
+                    "(the model, the budget and the short-budget tiers are not)"
+                )
+
+    def keys(self) -> list[str]:
+        """The dotted keys `set` changes."""
+        return [".".join(parse_override(text)[0]) for text in self.set]
+
+    def without(self, keys: typing.Collection[str]) -> ShortBudget:
+        """The same tier, less the settings of `keys` (keys given explicitly win)."""
+        kept = tuple(t for t, k in zip(self.set, self.keys(), strict=True) if k not in keys)
+        return dataclasses.replace(self, set=kept)
+
+
+# RunConfig's own keys; the rest are sections
+_RUN_KEYS = ("data", "eval", "model", "train", "short_budget")
 
 
 @dataclass(frozen=True)
@@ -145,6 +185,7 @@ class RunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     model: str = "bert4rec"
     train: TrainConfig = field(default_factory=TrainConfig)
+    short_budget: tuple[ShortBudget, ...] = ()  # tiers of settings for shorter budgets
     # (section name, frozen dataclass) pairs in the registry's order; a missing section takes
     # its defaults
     sections: tuple[tuple[str, Any], ...] = ()
@@ -192,13 +233,14 @@ class RunConfig:
         return dataclasses.replace(self, sections=sections)
 
     def to_dict(self) -> dict[str, Any]:
-        """The config as its TOML / config.json layout: data, eval, model, train, then each
-        section at the top level ({"bert4rec": {...}, "cloze": {...}})."""
+        """The config as its TOML / config.json layout: data, eval, model, train, short_budget,
+        then each section at the top level ({"bert4rec": {...}, "cloze": {...}})."""
         out: dict[str, Any] = {
             "data": dataclasses.asdict(self.data),
             "eval": dataclasses.asdict(self.eval),
             "model": self.model,
             "train": dataclasses.asdict(self.train),
+            "short_budget": [dataclasses.asdict(tier) for tier in self.short_budget],
         }
         for name, value in self.sections:
             out[name] = dataclasses.asdict(value)
@@ -423,7 +465,18 @@ def load_config(
 ) -> T:
     """Defaults (or `base`), then the TOML file (a path or a shipped config's name), then each
     `section.key=value` override. For a RunConfig without `base` the defaults are those of the
-    model the file or the overrides name (`default_config`)."""
+    model the file or the overrides name (`default_config`). A RunConfig's short-budget tiers
+    lose the settings of the keys given in `overrides` (explicit keys win)."""
+    cfg = _layered(cls, path, overrides, base)
+    if isinstance(cfg, RunConfig) and cfg.short_budget:
+        return _short_budget_checked(cfg, overrides, path)  # type: ignore[return-value]
+    return cfg
+
+
+def _layered(
+    cls: type[T], path: str | Path | None, overrides: typing.Sequence[str], base: T | None
+) -> T:
+    """`load_config`'s layers: defaults or `base`, the file, the overrides."""
     layer: dict[str, Any] = {}
     if path is not None:
         p = resolve_config(path)
@@ -455,3 +508,53 @@ def load_config(
         data = dataclasses.asdict(base)  # type: ignore[call-overload]
     _merge(data, layer)
     return from_dict(cls, data, str(path) if path else "config")
+
+
+def _short_budget_checked(
+    cfg: RunConfig, overrides: typing.Sequence[str], path: str | Path | None
+) -> RunConfig:
+    """`cfg` less the short-budget settings of the keys given explicitly (they win), the tiers'
+    settings checked now rather than when a short run first applies them."""
+    if overrides:
+        explicit = {".".join(parse_override(text)[0]) for text in overrides}
+        tiers = tuple(tier.without(explicit) for tier in cfg.short_budget)
+        cfg = dataclasses.replace(cfg, short_budget=tiers)
+    for tier in cfg.short_budget:
+        try:
+            _layered(RunConfig, None, tier.set, cfg)
+        except ConfigError as err:
+            raise ConfigError(f"{path or 'config'}: short_budget.set: {err}") from None
+    return cfg
+
+
+def short_budget_tiers(cfg: RunConfig) -> list[ShortBudget]:
+    """The short-budget tiers `cfg`'s time budget is under and that are not applied yet."""
+    if not cfg.train.time_budget:
+        return []
+    budget = parse_duration(cfg.train.time_budget)
+    return [
+        tier
+        for tier in cfg.short_budget
+        if not tier.applied and tier.set and budget < 60 * tier.minutes
+    ]
+
+
+def apply_short_budget(cfg: RunConfig) -> RunConfig:
+    """`cfg` as a run trains it: the settings of each short-budget tier its time budget is under
+    applied, in order (and those tiers marked `applied`); else `cfg` itself."""
+    due = short_budget_tiers(cfg)
+    if not due:
+        return cfg
+    settings = [text for tier in due for text in tier.set]
+    tiers = tuple(
+        dataclasses.replace(tier, applied=True) if tier in due else tier
+        for tier in cfg.short_budget
+    )
+    return dataclasses.replace(_layered(RunConfig, None, settings, cfg), short_budget=tiers)
+
+
+def as_trained(cfg: RunConfig) -> RunConfig:
+    """The settings a run of `cfg` trains with: its short-budget settings applied where they
+    apply, and the tiers then left out. Two configs that train the same model compare equal
+    through it, so a finished run is reused."""
+    return dataclasses.replace(apply_short_budget(cfg), short_budget=())

@@ -26,7 +26,7 @@ from torch import nn
 from tqdm import tqdm
 
 from seqrec import checkpoint as ckpt
-from seqrec.config import RunConfig, TrainConfig, parse_duration
+from seqrec.config import RunConfig, TrainConfig, apply_short_budget, parse_duration
 from seqrec.data.batches import Batch
 from seqrec.data.prepared import PreparedDataset
 from seqrec.errors import ConfigError, TrainingError
@@ -308,11 +308,10 @@ def train_or_reuse(
     interrupted one's after resuming it; else a new run's. A run of another config is refused in
     one line naming the differing keys. `ds` may be a function that prepares the data, called
     only when there is training to do (sweeps and benchmarks that reuse finished runs)."""
-    from seqrec.config import config_diff
+    from seqrec.config import as_trained, config_diff
 
     if (out / ckpt.CONFIG).exists():
-        resolve = entry(cfg.model).as_trained or (lambda c: c)
-        diff = config_diff(resolve(ckpt.read_config(out)), resolve(cfg))
+        diff = config_diff(as_trained(ckpt.read_config(out)), as_trained(cfg))
         if diff:
             raise ConfigError(
                 f"{out}: holds a run of another config ({'; '.join(diff)}); "
@@ -345,6 +344,7 @@ def _fit(
         raise ConfigError(
             f"{run_dir}: already holds files; choose a new --out, or --resume an unfinished run"
         )
+    cfg = apply_short_budget(cfg)  # what it trains, and what config.json records
     t = cfg.train
     entry(cfg.model)  # an unknown model is a ConfigError
     val_protocol = parse_protocols(t.val_protocol)[0]

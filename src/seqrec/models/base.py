@@ -136,9 +136,6 @@ class ModelEntry:
     batches: Callable[[RunConfig, PreparedDataset], Sampler]  # its training task
     # where its recipe differs from TrainConfig's defaults (BERT4Rec §4.3)
     train_defaults: Mapping[str, Any] = field(default_factory=dict)
-    # the config with its budget-dependent settings resolved (bert4rec.dropout_min_minutes): two
-    # configs that train the same model compare equal through it (a finished run is reused)
-    as_trained: Callable[[RunConfig], RunConfig] | None = None
 
 
 def next_item_batches(cfg: RunConfig, ds: PreparedDataset, max_len: int) -> Sampler:

@@ -11,7 +11,7 @@ in `seqrec.data.batches`, the loss formula in `seqrec.losses`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 import torch
@@ -19,7 +19,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqrec.data.batches import ClozeConfig, ClozeSampler
-from seqrec.errors import ConfigError
 from seqrec.models.base import ModelEntry, Sampler, SequenceModel
 from seqrec.models.dropout import DropoutKind, dropout
 
@@ -27,7 +26,7 @@ if TYPE_CHECKING:
     from seqrec.config import RunConfig
     from seqrec.data.prepared import PreparedDataset
 
-__all__ = ["BERT4Rec", "BERT4RecConfig", "ENTRY", "effective_config"]
+__all__ = ["BERT4Rec", "BERT4RecConfig", "ENTRY"]
 
 
 @dataclass(frozen=True)
@@ -43,11 +42,6 @@ class BERT4RecConfig:
     # unfused (slower) attention path; the ML-1M recipe sets 0 (docs/bert4rec.md, and
     # benchmarks/throughput.py --variant to measure the cost on a machine).
     attn_dropout: float = 0.2
-    # Minutes of time budget below which the hidden dropout is off: a run whose
-    # train.time_budget is shorter trains without it (`effective_config`); a longer one, or a
-    # run without a budget, uses `dropout`. 0: `dropout` always. A recipe option: short runs
-    # learn faster without dropout, long ones overfit without it (docs/bert4rec.md).
-    dropout_min_minutes: float = 0.0
     # Initialisation. "trunc_normal": std 0.02 cut at ±2 std, as the original code's
     # truncated_normal_initializer(0.02); "trunc_normal_range": cut at ±0.02, the paper's text
     # ("truncated normal distribution in the range [-0.02, 0.02]"). The code produced the
@@ -274,34 +268,11 @@ def _cloze_batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
     )
 
 
-def effective_config(cfg: RunConfig) -> BERT4RecConfig:
-    """The architecture a run trains: `cfg.bert4rec` with its hidden dropout off when the run's
-    time budget is shorter than `dropout_min_minutes`."""
-    from seqrec.config import parse_duration
-
-    b = cfg.bert4rec
-    if b.dropout_min_minutes < 0:
-        raise ConfigError(
-            f"bert4rec.dropout_min_minutes: expected >= 0, got {b.dropout_min_minutes}"
-        )
-    budget = parse_duration(cfg.train.time_budget) if cfg.train.time_budget else None
-    if budget is not None and budget < 60 * b.dropout_min_minutes:
-        return replace(b, dropout=0.0)
-    return b
-
-
-def as_trained(cfg: RunConfig) -> RunConfig:
-    """`cfg` with the dropout this run trains with and no `dropout_min_minutes` left to apply."""
-    dropout = effective_config(cfg).dropout
-    return cfg.replace_section("bert4rec", dropout=dropout, dropout_min_minutes=0.0)
-
-
 # the registry entry (seqrec.registry): the architecture and its Cloze task (§3.6); the training
 # recipe is TrainConfig's defaults (§4.3)
 ENTRY = ModelEntry(
     name="bert4rec",
     sections={"bert4rec": BERT4RecConfig, "cloze": ClozeConfig},
-    build=lambda n_items, n_users, cfg: BERT4Rec(n_items, effective_config(cfg)),
+    build=lambda n_items, n_users, cfg: BERT4Rec(n_items, cfg.bert4rec),
     batches=_cloze_batches,
-    as_trained=as_trained,
 )
