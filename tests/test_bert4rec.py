@@ -160,7 +160,6 @@ def test_head_norm_is_the_original_codes_layernorm_after_the_transform() -> None
 
 
 def test_a_run_from_before_head_norm_loads_without_it(tmp_path: Path) -> None:
-
     from seqrec.checkpoint import read_config
 
     (tmp_path / "config.json").write_text(json.dumps({"model": "bert4rec", "bert4rec": {}}))

@@ -161,7 +161,7 @@ class ShortBudget:
 
     def keys(self) -> list[str]:
         """The dotted keys `set` changes."""
-        return [".".join(parse_override(text)[0]) for text in self.set]
+        return [_dotted_key(text) for text in self.set]
 
     def without(self, keys: typing.Collection[str]) -> ShortBudget:
         """The same tier, less the settings of `keys` (keys given explicitly win)."""
@@ -414,6 +414,11 @@ def from_dict(
     return cls(**kwargs)
 
 
+def _dotted_key(text: str) -> str:
+    """The key of a `section.key=value` override, dotted ("bert4rec.max_len")."""
+    return ".".join(parse_override(text)[0])
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """`section.key=value` -> (["section", "key"], value); the value is read as TOML when it
     parses (numbers, booleans, lists, quoted strings), else taken as a plain string."""
@@ -516,7 +521,7 @@ def _short_budget_checked(
     """`cfg` less the short-budget settings of the keys given explicitly (they win), the tiers'
     settings checked now rather than when a short run first applies them."""
     if overrides:
-        explicit = {".".join(parse_override(text)[0]) for text in overrides}
+        explicit = {_dotted_key(text) for text in overrides}
         tiers = tuple(tier.without(explicit) for tier in cfg.short_budget)
         cfg = dataclasses.replace(cfg, short_budget=tiers)
     for tier in cfg.short_budget:
