@@ -36,7 +36,7 @@ def main() -> None:
         cfg = read_config(run)
         changed = [
             d.split(": ")[0] + " = " + d.split(": ")[1].split(" vs ")[0]
-            for d in config_diff(as_trained(cfg), as_trained(base))
+            for d in config_diff(as_trained(cfg), as_trained(base, like=cfg))
         ]
         log = [json.loads(x) for x in (run / "log.jsonl").read_text().splitlines()]
         key = next((k for h in log for k in h if k.startswith("valid_")), None)
@@ -69,7 +69,8 @@ def main() -> None:
         "",
         f"Base: `{args.base}`; every probe is the base with the settings shown changed. "
         f"Validation full NDCG@10 at epochs {', '.join(map(str, at))} (0-based); test on the "
-        "state chosen on validation. seq/s is wall-clock training speed, which other jobs on "
+        "state chosen on validation (the last state where a probe trained on train+valid: "
+        "nothing is validated). seq/s is wall-clock training speed, which other jobs on "
         "the machine slowed for some probes: compare quality, not speed, across rows.",
         "",
         "| probe | changed | epochs | training / wall min | "

@@ -207,12 +207,23 @@ def test_train_says_in_one_line_what_a_short_budget_changes(
 
     _say_short_budget(load_config(RunConfig, "ml-1m-bert4rec", ['train.time_budget="5m"']))
     assert capsys.readouterr().out == (
-        "5m is a short budget: this run trains with bert4rec.dropout=0.0 (under 30 min), "
-        "bert4rec.max_len=100 (under 10 min); --set short_budget=[] keeps the config's own\n"
+        "the epochs 5m buys here decide bert4rec.dropout=0.0 (under 120 epochs), "
+        "bert4rec.max_len=100 (under 50 epochs), timed as the run starts; "
+        "--set short_budget=[] keeps the config's own\n"
     )
-    explicit = ['train.time_budget="15m"', "bert4rec.dropout=0.2"]  # an explicit key wins
-    _say_short_budget(load_config(RunConfig, "ml-1m-bert4rec", explicit))
-    assert capsys.readouterr().out == ""
-    _say_short_budget(load_config(RunConfig, "ml-1m-bert4rec"))  # its own 60 minutes
+    tiers = (
+        'short_budget=[{minutes = 30, set = ["bert4rec.dropout=0.0"]}, '
+        '{epochs = 50, set = ["bert4rec.max_len=100"]}]'
+    )
+    _say_short_budget(load_config(RunConfig, "ml-1m-bert4rec", [tiers, 'train.time_budget="5m"']))
+    assert capsys.readouterr().out == (
+        "5m is a short budget: this run trains with bert4rec.dropout=0.0 (under 30 min); "
+        "the epochs 5m buys here decide bert4rec.max_len=100 (under 50 epochs), timed as the "
+        "run starts; --set short_budget=[] keeps the config's own\n"
+    )
+    explicit = ['train.time_budget="15m"', "bert4rec.dropout=0.2", "bert4rec.max_len=150"]
+    _say_short_budget(load_config(RunConfig, "ml-1m-bert4rec", explicit))  # explicit keys win
+    minutes = 'short_budget=[{minutes = 30, set = ["bert4rec.dropout=0.0"]}]'
+    _say_short_budget(load_config(RunConfig, "ml-1m-bert4rec", [minutes]))  # its own 60 minutes
     _say_short_budget(load_config(RunConfig, "ml-1m-sasrec-ce", ['train.time_budget="1m"']))
     assert capsys.readouterr().out == ""

@@ -15,6 +15,7 @@ from seqrec.config import (
     as_trained,
     config_diff,
     config_names,
+    from_dict,
     load_config,
     parse_duration,
 )
@@ -97,12 +98,12 @@ def test_the_recipe_differs_from_the_paper_config_where_documented() -> None:
         "train.warmup_steps",
         "short_budget",
     }
-    # the measured 60-minute recipe (results/bert4rec_ml1m.md): dropout 0.1; none under 30
-    # minutes, and N = 100 under 10 (results/bert4rec_ml1m_maxlen*.md)
+    # the measured 60-minute recipe (results/bert4rec_ml1m.md): dropout 0.1; none where the
+    # budget buys under 120 epochs, and N = 100 under 50 (results/bert4rec_ml1m_maxlen*.md)
     assert (recipe.bert4rec.dropout, recipe.train.time_budget) == (0.1, "60m")
     assert recipe.short_budget == (
-        ShortBudget(minutes=30, set=("bert4rec.dropout=0.0",)),
-        ShortBudget(minutes=10, set=("bert4rec.max_len=100",)),
+        ShortBudget(epochs=120, set=("bert4rec.dropout=0.0",)),
+        ShortBudget(epochs=50, set=("bert4rec.max_len=100",)),
     )
     assert (recipe.train.lr, recipe.train.batch_size, recipe.train.decay_start) == (2e-3, 128, 0.5)
 
@@ -143,9 +144,15 @@ def test_the_paper_config_is_the_original_ml1m_schedule() -> None:
     )
 
 
+_MINUTE_TIERS = (
+    'short_budget=[{minutes = 30, set = ["bert4rec.dropout=0.0"]}, '
+    '{minutes = 10, set = ["bert4rec.max_len=100"]}]'
+)
+
+
 def test_short_budget_tiers_apply_under_their_minutes_and_explicit_keys_win() -> None:
     def trained(*sets: str) -> tuple[float, int]:
-        b = as_trained(load_config(RunConfig, "ml-1m-bert4rec", list(sets))).bert4rec
+        b = as_trained(load_config(RunConfig, "ml-1m-bert4rec", [_MINUTE_TIERS, *sets])).bert4rec
         return b.dropout, b.max_len
 
     assert trained() == (0.1, 200)  # the config's own 60 minutes
@@ -155,24 +162,77 @@ def test_short_budget_tiers_apply_under_their_minutes_and_explicit_keys_win() ->
     # a key given explicitly wins over its short-budget setting; the others still apply
     assert trained('train.time_budget="5m"', "bert4rec.max_len=150") == (0.0, 150)
     assert trained('train.time_budget="5m"', "short_budget=[]") == (0.1, 200)  # no tiers
-    recipe = load_config(RunConfig, "ml-1m-bert4rec")
+    recipe = load_config(RunConfig, "ml-1m-bert4rec", [_MINUTE_TIERS])
     unbudgeted = dataclasses.replace(
         recipe, train=dataclasses.replace(recipe.train, time_budget=None)
     )
     assert apply_short_budget(unbudgeted) == unbudgeted  # no budget: nothing is short
     # applied once: the run's config.json holds the result, and reading it back changes nothing
-    short = apply_short_budget(load_config(RunConfig, "ml-1m-bert4rec", ['train.time_budget="5m"']))
+    five = load_config(RunConfig, "ml-1m-bert4rec", [_MINUTE_TIERS, 'train.time_budget="5m"'])
+    short = apply_short_budget(five)
     assert [t.applied for t in short.short_budget] == [True, True]
     assert (short.bert4rec.dropout, short.bert4rec.max_len) == (0.0, 100)
     assert apply_short_budget(short) == short
     again = load_config(RunConfig, None, ['train.time_budget="1h"'], base=short)
     assert as_trained(again).bert4rec.max_len == 100  # a resolved config stays as it trained
     stored = json.loads(json.dumps(short.to_dict()))["short_budget"]
-    assert stored[1] == {"minutes": 10.0, "set": ["bert4rec.max_len=100"], "applied": True}
+    assert stored[1] == {
+        "minutes": 10.0,
+        "epochs": 0.0,
+        "set": ["bert4rec.max_len=100"],
+        "applied": True,
+        "bought": None,
+    }
     middle = apply_short_budget(
-        load_config(RunConfig, "ml-1m-bert4rec", ['train.time_budget="15m"'])
+        load_config(RunConfig, "ml-1m-bert4rec", [_MINUTE_TIERS, 'train.time_budget="15m"'])
     )
     assert [t.applied for t in middle.short_budget] == [True, False]
+
+
+def test_epochs_tiers_are_decided_by_the_epochs_the_budget_buys_measured_once() -> None:
+    calls: list[int] = []
+
+    def run(bought: float, *sets: str) -> RunConfig:
+        def measure(cfg: RunConfig) -> float:
+            calls.append(cfg.bert4rec.max_len)  # the config as given is timed
+            return bought
+
+        return apply_short_budget(load_config(RunConfig, "ml-1m-bert4rec", list(sets)), measure)
+
+    def trained(bought: float, *sets: str) -> tuple[float, int]:
+        b = run(bought, *sets).bert4rec
+        return b.dropout, b.max_len
+
+    assert trained(400) == (0.1, 200) == trained(120)  # tiers: under 120 and under 50 epochs
+    assert trained(119.9) == (0.0, 200) == trained(50)
+    assert trained(49.9) == (0.0, 100) == trained(3)
+    assert calls == [200] * 6  # one timing a run, of N = 200
+    # an explicit key wins; no tiers, no budget, or every tier's key explicit: nothing is timed
+    assert trained(3, "bert4rec.max_len=150") == (0.0, 150)
+    calls.clear()
+    assert trained(3, "short_budget=[]") == (0.1, 200)
+    unbudgeted = load_config(RunConfig, "ml-1m-bert4rec", ["train.max_epochs=5"])
+    unbudgeted = dataclasses.replace(
+        unbudgeted, train=dataclasses.replace(unbudgeted.train, time_budget=None)
+    )
+    assert apply_short_budget(unbudgeted, lambda cfg: 3.0) == unbudgeted
+    assert trained(3, "bert4rec.max_len=150", "bert4rec.dropout=0.3") == (0.3, 150)
+    assert calls == []
+    # config.json records the decision and what was measured; it is never made twice
+    short = run(31.254)
+    assert [(t.applied, t.bought) for t in short.short_budget] == [(True, 31.25), (True, 31.25)]
+    assert apply_short_budget(short, lambda cfg: 1000.0) == short
+    middle = run(91.0)
+    assert [(t.applied, t.bought) for t in middle.short_budget] == [(True, 91.0), (False, 91.0)]
+    stored = from_dict(RunConfig, json.loads(json.dumps(middle.to_dict())))
+    assert stored == middle
+    # the settings a config trains with: without a run to go by, its epochs tiers are left out;
+    # with one, as that run decided them (so the run is reused)
+    given = load_config(RunConfig, "ml-1m-bert4rec")
+    assert (as_trained(given).bert4rec.dropout, as_trained(given).bert4rec.max_len) == (0.1, 200)
+    like = as_trained(given, like=middle).bert4rec
+    assert (like.dropout, like.max_len) == (0.0, 200)
+    assert as_trained(given, like=middle) == as_trained(middle)
 
 
 def test_short_budget_settings_are_checked_when_the_config_is_loaded() -> None:
@@ -188,3 +248,9 @@ def test_short_budget_settings_are_checked_when_the_config_is_loaded() -> None:
         match=r"^config: short_budget\.set: config\.bert4rec: unknown key\(s\) max_lenn",
     ):
         load_config(RunConfig, None, [tier(5, "bert4rec.max_lenn=100")])
+    with pytest.raises(ConfigError, match=r"^short_budget\.epochs: expected >= 0, got -2"):
+        load_config(RunConfig, None, ['short_budget=[{epochs = -2, set = ["train.lr=1"]}]'])
+    with pytest.raises(ConfigError, match=r"^short_budget: a tier is due by minutes or by epochs"):
+        load_config(
+            RunConfig, None, ['short_budget=[{epochs = 2, minutes = 3, set = ["train.lr=1"]}]']
+        )

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from seqrec.checkpoint import LOG, load_run, read_checkpoint
+from seqrec.checkpoint import LOG, load_run, read_checkpoint, read_config
 from seqrec.config import RunConfig, TrainConfig, from_dict
 from seqrec.data.batches import Batch
 from seqrec.data.prepared import PreparedDataset, prepare_frame
@@ -459,3 +459,53 @@ def test_train_plus_valid_learns_the_validation_items_and_tests_the_last_state(
         fit(toy, _config(patience=3, train_on="train+valid"), tmp_path / "p", progress=False)
     with pytest.raises(ConfigError, match="train_on"):
         _config(train_on="everything")
+
+
+def test_epochs_bought_is_the_budget_over_an_epochs_timed_cost(
+    toy: PreparedDataset, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import seqrec.train as train
+
+    cfg = _config(time_budget="1m", bf16=False, loss_bf16=False)
+    ticks = iter(range(10_000))
+    monkeypatch.setattr(train.time, "perf_counter", lambda: 0.5 * next(ticks))  # 0.5 s a call
+    n_batches = len(entry("bert4rec").batches(cfg, toy))
+    # each update and the validation pass take one tick; an epoch: its batches, and a third of
+    # a validation (eval_every = 3)
+    assert train.epochs_bought(toy, cfg) == pytest.approx(60 / (0.5 * n_batches + 0.5 / 3))
+    no_validation = _config(time_budget="1m", bf16=False, loss_bf16=False, train_on="train+valid")
+    n_batches = len(entry("bert4rec").batches(no_validation, toy))  # and no validation
+    assert train.epochs_bought(toy, no_validation) == pytest.approx(60 / (0.5 * n_batches))
+    with pytest.raises(ConfigError, match="no train.time_budget"):
+        train.epochs_bought(toy, _config())
+
+
+def test_a_run_times_its_epochs_tiers_once_and_records_them(
+    toy: PreparedDataset,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import seqrec.train as train
+
+    tiers = [
+        {"epochs": 50, "set": ["bert4rec.dropout=0.0"]},
+        {"epochs": 30, "set": ["bert4rec.max_len=8"]},
+    ]
+    cfg = from_dict(
+        RunConfig, {**_config(time_budget="1m", max_epochs=1).to_dict(), "short_budget": tiers}
+    )
+    timed: list[RunConfig] = []
+    monkeypatch.setattr(train, "epochs_bought", lambda ds, given: timed.append(given) or 40.0)
+    result = fit(toy, cfg, tmp_path / "run", progress=True)
+    assert [given.bert4rec.dropout for given in timed] == [0.1]  # the config as given, once
+    written = read_config(tmp_path / "run")
+    assert (written.bert4rec.dropout, written.bert4rec.max_len) == (0.0, 20)
+    assert [(t.applied, t.bought) for t in written.short_budget] == [(True, 40.0), (False, 40.0)]
+    assert (
+        "1m buys ~40 epochs of this config on this machine (timed): it trains with "
+        "bert4rec.dropout=0.0 (under 50 epochs)\n"
+    ) in capsys.readouterr().err
+    # reused as it was decided, without timing again
+    assert train.train_or_reuse(tmp_path / "run", cfg, toy, progress=False) == result.metrics
+    assert len(timed) == 1

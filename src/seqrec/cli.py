@@ -13,7 +13,7 @@ from pathlib import Path
 
 from seqrec import registry
 from seqrec.checkpoint import load_run, read_config
-from seqrec.config import RunConfig, load_config, short_budget_tiers
+from seqrec.config import RunConfig, load_config, short_budget_tiers, speed_tiers
 from seqrec.data import download
 from seqrec.data.prepared import PreparedDataset, load_prepared, prepare, prepare_frame
 from seqrec.data.synthetic import synthetic_interactions
@@ -167,15 +167,19 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _say_short_budget(cfg: RunConfig) -> None:
-    """One line when the config's short-budget tiers change this run's settings."""
-    due = short_budget_tiers(cfg)
+    """One line when the config's short-budget tiers change, or may change, this run's
+    settings (an epochs tier is decided by timing the machine as the run starts)."""
+    due, timed = short_budget_tiers(cfg), speed_tiers(cfg)
+    budget = cfg.train.time_budget
+    parts = []
     if due:
-        settings = ", ".join(f"{t} (under {tier.minutes:g} min)" for tier in due for t in tier.set)
-        print(
-            f"{cfg.train.time_budget} is a short budget: this run trains with {settings}; "
-            "--set short_budget=[] keeps the config's own",
-            flush=True,
-        )
+        settings = ", ".join(f"{t} ({tier.when()})" for tier in due for t in tier.set)
+        parts.append(f"{budget} is a short budget: this run trains with {settings}")
+    if timed:
+        settings = ", ".join(f"{t} ({tier.when()})" for tier in timed for t in tier.set)
+        parts.append(f"the epochs {budget} buys here decide {settings}, timed as the run starts")
+    if parts:
+        print("; ".join([*parts, "--set short_budget=[] keeps the config's own"]), flush=True)
 
 
 def _is_ml1m(ds: PreparedDataset) -> bool:

@@ -7,9 +7,11 @@ wrong type are errors, never silently ignored.
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -35,6 +37,7 @@ __all__ = [
     "parse_override",
     "resolve_config",
     "short_budget_tiers",
+    "speed_tiers",
 ]
 
 
@@ -137,20 +140,33 @@ class TrainConfig:
 @dataclass(frozen=True)
 class ShortBudget:
     """One tier of settings for short training budgets (`[[short_budget]]` in a config): a run
-    whose `train.time_budget` is shorter than `minutes` trains with `set` applied (each
-    `section.key=value`, as `--set`), so one config gives the best model at 5 minutes and at 60
-    (what learns fastest is not what ends best, docs/bert4rec.md). Every tier whose minutes the
-    budget is under applies, in order. A key given explicitly with the config (`seqrec train
-    --set`, a sweep's overrides) wins over a tier's setting. A run's config.json holds the
-    resolved config: the settings applied, and `applied` true, so they never apply twice."""
+    trains with `set` applied (each `section.key=value`, as `--set`) when its `train.time_budget`
+    is short, so one config gives the best model at 5 minutes and at 60 (what learns fastest is
+    not what ends best, docs/bert4rec.md). Short means either under `minutes` of budget, or,
+    with `epochs`, a budget that buys fewer than `epochs` epochs of the config on the machine at
+    hand: timed when the run starts (`epochs_bought` in seqrec.train), so a slow machine and a
+    fast one each get the settings their budget can use. Every tier that is due applies, in
+    order. A key given explicitly with the config (`seqrec train --set`, a sweep's overrides)
+    wins over a tier's setting. A run's config.json holds the resolved config: the settings
+    applied, `applied` true, and an epochs tier's measured `bought`, so nothing is decided
+    twice (a resumed run keeps its first decision)."""
 
-    minutes: float = 0.0  # 0: never
+    minutes: float = 0.0  # due under this many minutes of budget; 0: not by minutes
+    epochs: float = 0.0  # due when the budget buys fewer epochs than this; 0: not by epochs
     set: tuple[str, ...] = ()
     applied: bool = False
+    bought: float | None = None  # an epochs tier, once decided: the epochs the budget bought
 
     def __post_init__(self) -> None:
         if self.minutes < 0:
             raise ConfigError(f"short_budget.minutes: expected >= 0, got {self.minutes}")
+        if self.epochs < 0:
+            raise ConfigError(f"short_budget.epochs: expected >= 0, got {self.epochs}")
+        if self.minutes and self.epochs:
+            raise ConfigError(
+                "short_budget: a tier is due by minutes or by epochs, not both "
+                f"(got minutes = {self.minutes:g}, epochs = {self.epochs:g})"
+            )
         for text in self.set:
             keys, _ = parse_override(text)
             if keys[0] in ("short_budget", "model") or keys == ["train", "time_budget"]:
@@ -158,6 +174,12 @@ class ShortBudget:
                     f"short_budget.set: {text!r} cannot be a short-budget setting "
                     "(the model, the budget and the short-budget tiers are not)"
                 )
+
+    def when(self) -> str:
+        """When the tier is due, in words ("under 30 min", "under 50 epochs")."""
+        if self.epochs:
+            return f"under {self.epochs:g} epochs"
+        return f"under {self.minutes:g} min"
 
     def keys(self) -> list[str]:
         """The dotted keys `set` changes."""
@@ -533,33 +555,74 @@ def _short_budget_checked(
 
 
 def short_budget_tiers(cfg: RunConfig) -> list[ShortBudget]:
-    """The short-budget tiers `cfg`'s time budget is under and that are not applied yet."""
+    """The minutes tiers `cfg`'s time budget is under and that are not applied yet."""
     if not cfg.train.time_budget:
         return []
     budget = parse_duration(cfg.train.time_budget)
     return [
         tier
         for tier in cfg.short_budget
-        if not tier.applied and tier.set and budget < 60 * tier.minutes
+        if not tier.applied and tier.set and tier.minutes and budget < 60 * tier.minutes
     ]
 
 
-def apply_short_budget(cfg: RunConfig) -> RunConfig:
-    """`cfg` as a run trains it: the settings of each short-budget tier its time budget is under
-    applied, in order (and those tiers marked `applied`); else `cfg` itself."""
-    due = short_budget_tiers(cfg)
-    if not due:
+def speed_tiers(cfg: RunConfig) -> list[ShortBudget]:
+    """The epochs tiers of `cfg` not decided yet (a run times its machine to decide them)."""
+    if not cfg.train.time_budget:
+        return []
+    return [t for t in cfg.short_budget if t.epochs and t.set and t.bought is None]
+
+
+def apply_short_budget(
+    cfg: RunConfig, bought: Callable[[RunConfig], float] | None = None
+) -> RunConfig:
+    """`cfg` as a run trains it: the settings of each short-budget tier that is due applied, in
+    order (those tiers marked `applied`); else `cfg` itself. An epochs tier is decided by
+    `bought(cfg)`, the epochs `cfg`'s budget buys (called once, only when there is such a tier
+    to decide), which the tier records; without `bought` it is left undecided."""
+    measured: list[float] = []
+
+    def decide(tier: ShortBudget) -> tuple[bool, float] | None:
+        if bought is None:
+            return None
+        if not measured:
+            measured.append(float(f"{bought(cfg):.4g}"))  # as config.json records it
+        return measured[0] < tier.epochs, measured[0]
+
+    return _applied(cfg, decide)
+
+
+def _applied(
+    cfg: RunConfig, decide: Callable[[ShortBudget], tuple[bool, float] | None]
+) -> RunConfig:
+    """`cfg` with its due minutes tiers applied, and its undecided epochs tiers as `decide`
+    says (due, and the epochs bought; None: left undecided)."""
+    minute_tiers, pending = short_budget_tiers(cfg), speed_tiers(cfg)
+    tiers: list[ShortBudget] = []
+    settings: list[str] = []
+    for tier in cfg.short_budget:
+        if tier in minute_tiers:
+            tier = dataclasses.replace(tier, applied=True)
+            settings += tier.set
+        elif tier in pending and (decision := decide(tier)) is not None:
+            due, epochs = decision
+            tier = dataclasses.replace(tier, applied=due, bought=epochs)
+            settings += tier.set if due else ()
+        tiers.append(tier)
+    if tuple(tiers) == cfg.short_budget:
         return cfg
-    settings = [text for tier in due for text in tier.set]
-    tiers = tuple(
-        dataclasses.replace(tier, applied=True) if tier in due else tier
-        for tier in cfg.short_budget
-    )
-    return dataclasses.replace(_layered(RunConfig, None, settings, cfg), short_budget=tiers)
+    return dataclasses.replace(_layered(RunConfig, None, settings, cfg), short_budget=tuple(tiers))
 
 
-def as_trained(cfg: RunConfig) -> RunConfig:
+def as_trained(cfg: RunConfig, like: RunConfig | None = None) -> RunConfig:
     """The settings a run of `cfg` trains with: its short-budget settings applied where they
     apply, and the tiers then left out. Two configs that train the same model compare equal
-    through it, so a finished run is reused."""
-    return dataclasses.replace(apply_short_budget(cfg), short_budget=())
+    through it, so a finished run is reused. An epochs tier depends on the machine's speed:
+    with `like` (the config.json of a run that decided it) it is due where `like` applied a
+    tier of the same settings; else it is left out."""
+    done = {t.set for t in like.short_budget if t.applied} if like is not None else set()
+
+    def decide(tier: ShortBudget) -> tuple[bool, float] | None:
+        return (tier.set in done, math.nan) if like is not None else None
+
+    return dataclasses.replace(_applied(cfg, decide), short_budget=())

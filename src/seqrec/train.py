@@ -14,6 +14,8 @@ import copy
 import dataclasses
 import json
 import math
+import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +28,13 @@ from torch import nn
 from tqdm import tqdm
 
 from seqrec import checkpoint as ckpt
-from seqrec.config import RunConfig, TrainConfig, apply_short_budget, parse_duration
+from seqrec.config import (
+    RunConfig,
+    TrainConfig,
+    apply_short_budget,
+    parse_duration,
+    speed_tiers,
+)
 from seqrec.data.batches import Batch
 from seqrec.data.prepared import PreparedDataset
 from seqrec.errors import ConfigError, TrainingError
@@ -311,7 +319,8 @@ def train_or_reuse(
     from seqrec.config import as_trained, config_diff
 
     if (out / ckpt.CONFIG).exists():
-        diff = config_diff(as_trained(ckpt.read_config(out)), as_trained(cfg))
+        stored = ckpt.read_config(out)  # its epochs tiers: as the run's timing decided them
+        diff = config_diff(as_trained(stored), as_trained(cfg, like=stored))
         if diff:
             raise ConfigError(
                 f"{out}: holds a run of another config ({'; '.join(diff)}); "
@@ -344,7 +353,11 @@ def _fit(
         raise ConfigError(
             f"{run_dir}: already holds files; choose a new --out, or --resume an unfinished run"
         )
-    cfg = apply_short_budget(cfg)  # what it trains, and what config.json records
+    # what it trains, and what config.json records (an epochs tier times this machine first)
+    measuring = bool(speed_tiers(cfg))  # never for a resumed run: its config.json decided
+    cfg = apply_short_budget(cfg, lambda base: epochs_bought(ds, base))
+    if measuring and progress:
+        tqdm.write(_decided(cfg), file=sys.stderr)
     t = cfg.train
     entry(cfg.model)  # an unknown model is a ConfigError
     val_protocol = parse_protocols(t.val_protocol)[0]
@@ -695,6 +708,52 @@ def setup(
         device=device,
         precision=precision,
         precision_s=time.perf_counter() - started,
+    )
+
+
+def epochs_bought(ds: PreparedDataset, cfg: RunConfig, *, steps: int = 10) -> float:
+    """How many epochs of `cfg` its `train.time_budget` buys on this machine, for its epochs
+    short-budget tiers: `steps` updates of a throwaway model of `cfg` on its first batches
+    timed (after 2 untimed ones), an epoch costing its number of batches times their mean, plus
+    its share (1 / train.eval_every) of a validation pass, timed too where the run validates.
+    The budget's clock has not started: a run pays these seconds on top, as for its "auto"
+    precisions."""
+    t = cfg.train
+    if not t.time_budget:
+        raise ConfigError("epochs_bought: the config has no train.time_budget")
+    device = resolve_device(t.device)
+    if t.threads > 0:
+        torch.set_num_threads(t.threads)
+    training = setup(ds, cfg, device)
+    times = []
+    for i, batch in zip(range(steps + 2), training.sampler.epoch(0), strict=False):
+        start = time.perf_counter()
+        training.step(batch)
+        if i >= 2:
+            times.append(time.perf_counter() - start)
+    epoch_s = len(training.sampler) * statistics.fmean(times or [math.inf])
+    if t.train_on == "train" and t.eval_every > 0:
+        training.model.eval()
+        start = time.perf_counter()
+        ds.evaluate(
+            ModelScorer(training.model, _resolved(training.cfg.train.bf16, "bf16"), device),
+            "valid",
+            protocols=parse_protocols(t.val_protocol)[:1],
+            ks=cfg.eval.ks,
+            batch_size=cfg.eval.batch_size,
+            device=device,
+        )
+        epoch_s += (time.perf_counter() - start) / t.eval_every
+    return parse_duration(t.time_budget) / epoch_s
+
+
+def _decided(cfg: RunConfig) -> str:
+    """One line: what the timing decided for a run's epochs tiers."""
+    timed = [tier for tier in cfg.short_budget if tier.epochs and tier.bought is not None]
+    due = [f"{x} ({tier.when()})" for tier in timed if tier.applied for x in tier.set]
+    return (
+        f"{cfg.train.time_budget} buys ~{timed[0].bought:g} epochs of this config on this machine "
+        f"(timed): {'it trains with ' + ', '.join(due) if due else 'no epochs tier applies'}"
     )
 
 
