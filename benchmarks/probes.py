@@ -48,6 +48,10 @@ def main() -> None:
                 "probe": name,
                 "changed": changed,
                 "epochs": len(log),
+                # what the run's timing said its budget buys (epochs short-budget tiers)
+                "epochs_bought": next(
+                    (t.bought for t in cfg.short_budget if t.bought is not None), None
+                ),
                 "curve": curve,
                 "best_valid": max(curve.values()) if curve else None,
                 "best_epoch": metrics["best_epoch"] if metrics else None,
@@ -64,6 +68,7 @@ def main() -> None:
                 "run_dir": str(run),
             }
         )
+    timed = any(r["epochs_bought"] is not None for r in rows)
     lines = [
         f"# {args.title}",
         "",
@@ -73,10 +78,12 @@ def main() -> None:
         "nothing is validated). seq/s is wall-clock training speed, which other jobs on "
         "the machine slowed for some probes: compare quality, not speed, across rows.",
         "",
-        "| probe | changed | epochs | training / wall min | "
+        "| probe | changed | epochs"
+        + (" | epochs bought (timed)" if timed else "")
+        + " | training / wall min | "
         + " | ".join(f"valid @{e}" for e in at)
         + " | best valid | test full NDCG@10 | test pop100 HR@10 | test pop100 NDCG@10 |",
-        "|---|---|---|---|" + "---|" * len(at) + "---|---|---|---|",
+        "|---|---|---|---|" + "---|" * (len(at) + timed) + "---|---|---|---|",
     ]
     for r in rows:
         cells = [f"{r['curve'][e]:.4f}" if e in r["curve"] else "" for e in at]
@@ -94,7 +101,16 @@ def main() -> None:
         minutes = f"{r['train_min']:.1f} / {r['wall_min']:.1f}" if r["finished"] else ""
         lines.append(
             f"| {r['probe']} | {', '.join(r['changed']) or '(the base)'} | {r['epochs']} | "
-            f"{minutes} | " + " | ".join(cells) + f" | {best} | " + " | ".join(test) + " |"
+            + (
+                f"{r['epochs_bought'] if r['epochs_bought'] is not None else ''} | "
+                if timed
+                else ""
+            )
+            + f"{minutes} | "
+            + " | ".join(cells)
+            + f" | {best} | "
+            + " | ".join(test)
+            + " |"
         )
     seeds = {
         "train": sorted({r["seed"] for r in rows})[0] if rows else None,
