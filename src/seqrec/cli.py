@@ -173,10 +173,10 @@ def _say_short_budget(cfg: RunConfig) -> None:
     budget = cfg.train.time_budget
     parts = []
     if due:
-        settings = ", ".join(f"{t} ({tier.when()})" for tier in due for t in tier.set)
+        settings = ", ".join(x for tier in due for x in tier.said())
         parts.append(f"{budget} is a short budget: this run trains with {settings}")
     if timed:
-        settings = ", ".join(f"{t} ({tier.when()})" for tier in timed for t in tier.set)
+        settings = ", ".join(x for tier in timed for x in tier.said())
         parts.append(f"the epochs {budget} buys here decide {settings}, timed as the run starts")
     if parts:
         print("; ".join([*parts, "--set short_budget=[] keeps the config's own"]), flush=True)

@@ -175,11 +175,10 @@ class ShortBudget:
                     "(the model, the budget and the short-budget tiers are not)"
                 )
 
-    def when(self) -> str:
-        """When the tier is due, in words ("under 30 min", "under 50 epochs")."""
-        if self.epochs:
-            return f"under {self.epochs:g} epochs"
-        return f"under {self.minutes:g} min"
+    def said(self) -> list[str]:
+        """Its settings, each with when it is due ("bert4rec.max_len=100 (under 50 epochs)")."""
+        when = f"{self.epochs:g} epochs" if self.epochs else f"{self.minutes:g} min"
+        return [f"{text} (under {when})" for text in self.set]
 
     def keys(self) -> list[str]:
         """The dotted keys `set` changes."""
@@ -620,9 +619,8 @@ def as_trained(cfg: RunConfig, like: RunConfig | None = None) -> RunConfig:
     through it, so a finished run is reused. An epochs tier depends on the machine's speed:
     with `like` (the config.json of a run that decided it) it is due where `like` applied a
     tier of the same settings; else it is left out."""
-    done = {t.set for t in like.short_budget if t.applied} if like is not None else set()
-
-    def decide(tier: ShortBudget) -> tuple[bool, float] | None:
-        return (tier.set in done, math.nan) if like is not None else None
-
-    return dataclasses.replace(_applied(cfg, decide), short_budget=())
+    if like is None:
+        return dataclasses.replace(_applied(cfg, lambda tier: None), short_budget=())
+    done = {t.set for t in like.short_budget if t.applied}
+    decided = _applied(cfg, lambda tier: (tier.set in done, math.nan))
+    return dataclasses.replace(decided, short_budget=())

@@ -750,7 +750,7 @@ def epochs_bought(ds: PreparedDataset, cfg: RunConfig, *, steps: int = 10) -> fl
 def _decided(cfg: RunConfig) -> str:
     """One line: what the timing decided for a run's epochs tiers."""
     timed = [tier for tier in cfg.short_budget if tier.epochs and tier.bought is not None]
-    due = [f"{x} ({tier.when()})" for tier in timed if tier.applied for x in tier.set]
+    due = [x for tier in timed if tier.applied for x in tier.said()]
     return (
         f"{cfg.train.time_budget} buys ~{timed[0].bought:g} epochs of this config on this machine "
         f"(timed): {'it trains with ' + ', '.join(due) if due else 'no epochs tier applies'}"
