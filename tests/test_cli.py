@@ -139,6 +139,32 @@ def test_train_then_evaluate_the_run(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "already finished" in capsys.readouterr().err
 
 
+def test_refit_trains_the_run_again_on_train_and_valid(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = _log(tmp_path)
+    run, refit = tmp_path / "run", tmp_path / "refit"
+    argv = ["train", "bert4rec", "--data", str(src), "--out", str(run), "--quiet", *TINY]
+    assert main([*argv, "--set", "train.max_epochs=3"]) == 0
+    best = json.loads((run / "metrics.json").read_text())["best_epoch"]
+    capsys.readouterr()
+    assert main(["refit", str(run), "--out", str(refit), "--quiet"]) == 0  # the run's own data
+    out = capsys.readouterr().out
+    assert f"refit of {run}: {best + 1} epochs (its validation chose epoch {best})" in out
+    metrics = json.loads((refit / "metrics.json").read_text())
+    assert metrics["epochs"] == best + 1 and metrics["best_epoch"] == best  # the last state
+    assert metrics["train_on"] == "train+valid" and "valid" not in metrics  # nothing validated
+    stored = json.loads((refit / "config.json").read_text())
+    assert stored["source"]["refit_of"] == str(run) and stored["source"]["data"] == str(src)
+    assert stored["train"]["train_on"] == "train+valid" and stored["bert4rec"]["d_model"] == 16
+    # a refit chose nothing on validation, and an unfinished run has nothing chosen yet
+    assert main(["refit", str(refit), "--out", str(tmp_path / "again"), "--quiet"]) == 2
+    assert "nothing chose its epochs on validation" in capsys.readouterr().err
+    (run / "metrics.json").unlink()
+    assert main(["refit", str(run), "--out", str(tmp_path / "again"), "--quiet"]) == 2
+    assert "the run has not finished" in capsys.readouterr().err
+
+
 def test_evaluate_rejects_a_run_on_other_items(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

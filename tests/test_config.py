@@ -18,6 +18,7 @@ from seqrec.config import (
     from_dict,
     load_config,
     parse_duration,
+    refit_config,
 )
 from seqrec.errors import ConfigError
 
@@ -254,3 +255,36 @@ def test_short_budget_settings_are_checked_when_the_config_is_loaded() -> None:
         load_config(
             RunConfig, None, ['short_budget=[{epochs = 2, minutes = 3, set = ["train.lr=1"]}]']
         )
+
+
+def test_refit_trains_the_chosen_epochs_on_train_and_valid() -> None:
+    # beauty-bert4rec: a 30-minute budget whose decay runs by the clock; validation chose epoch 21
+    cfg = load_config(RunConfig, "beauty-bert4rec")
+    refit = refit_config(cfg, best_epoch=21)
+    t = refit.train
+    assert (t.train_on, t.max_epochs, t.decay, t.time_budget) == ("train+valid", 22, "epochs", None)
+    assert t.decay_start == cfg.train.decay_start == 0.5  # the schedule's shape is kept
+    # nothing else changes: the model, the task, the rest of the recipe
+    changed = {line.split(":")[0] for line in config_diff(cfg, refit)}
+    assert changed == {"train.train_on", "train.max_epochs", "train.decay", "train.time_budget"}
+    # a constant rate stays constant; patience and a step limit would cut the chosen epochs
+    sasrec = load_config(RunConfig, "beauty-sasrec", ["train.patience=3", "train.max_steps=500"])
+    t = refit_config(sasrec, best_epoch=0).train
+    assert (t.decay, t.max_epochs, t.patience, t.max_steps) == ("none", 1, 0, 0)
+
+
+def test_refit_keeps_the_tiers_as_the_run_trained_them() -> None:
+    cfg = load_config(RunConfig, "ml-1m-bert4rec", ["train.time_budget='15m'"])
+    trained = apply_short_budget(cfg, lambda _: 93.48)  # as its config.json records it
+    assert trained.bert4rec.dropout == 0.0  # under 120 epochs
+    refit = refit_config(trained, best_epoch=74)
+    assert refit.bert4rec.dropout == 0.0 and refit.bert4rec.max_len == 200
+    assert refit.short_budget == () and refit.train.max_epochs == 75
+
+
+def test_refit_needs_a_run_chosen_on_validation() -> None:
+    cfg = load_config(RunConfig, "beauty-bert4rec")
+    with pytest.raises(ConfigError, match="nothing chose its epochs on validation"):
+        refit_config(refit_config(cfg, best_epoch=3), best_epoch=3)
+    with pytest.raises(ConfigError, match="no chosen epoch"):
+        refit_config(cfg, best_epoch=-1)

@@ -12,8 +12,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from seqrec import registry
-from seqrec.checkpoint import load_run, read_config
-from seqrec.config import RunConfig, load_config, short_budget_tiers, speed_tiers
+from seqrec.checkpoint import CONFIG, METRICS, load_run, read_config
+from seqrec.config import (
+    RunConfig,
+    load_config,
+    refit_config,
+    short_budget_tiers,
+    speed_tiers,
+)
 from seqrec.data import download
 from seqrec.data.prepared import PreparedDataset, load_prepared, prepare, prepare_frame
 from seqrec.data.synthetic import synthetic_interactions
@@ -144,16 +150,46 @@ def cmd_train(args: argparse.Namespace) -> int:
         args.set = [*(args.set or []), *extra]
         cfg = _run_config(args)
     _say_short_budget(cfg)
+    return _train(args, cfg, args.data, source={"data": args.data})
+
+
+def cmd_refit(args: argparse.Namespace) -> int:
+    run = Path(args.run)
+    if args.resume:
+        cfg = read_config(Path(args.out))
+        data = args.data or _source_data(Path(args.out))
+    else:
+        if not (run / METRICS).exists():
+            raise ConfigError(
+                f"{run}: the run has not finished (no {METRICS}); a refit needs the epoch "
+                "its validation chose"
+            )
+        best = int(json.loads((run / METRICS).read_text())["best_epoch"])
+        cfg = refit_config(read_config(run), best)
+        data = args.data or _source_data(run)
+        print(
+            f"refit of {run}: {cfg.train.max_epochs} epochs (its validation chose epoch {best}) "
+            "on the training and validation items; the last state is tested",
+            flush=True,
+        )
+    return _train(args, cfg, data, source={"data": data, "refit_of": str(run)})
+
+
+def _source_data(run_dir: Path) -> str:
+    """The dataset a run was trained on, as its config.json records it."""
+    source = json.loads((run_dir / CONFIG).read_text()).get("source") or {}
+    if not source.get("data"):
+        raise ConfigError(f"{run_dir / CONFIG}: no source.data recorded; give --data")
+    return str(source["data"])
+
+
+def _train(args: argparse.Namespace, cfg: RunConfig, data: str, source: dict[str, str]) -> int:
+    """Train `cfg` on `data` into --out (or resume it there) and print the test metrics."""
     ds = prepare(
-        args.data, data_cfg=cfg.data, eval_cfg=cfg.eval, force=args.force, progress=not args.quiet
+        data, data_cfg=cfg.data, eval_cfg=cfg.eval, force=args.force, progress=not args.quiet
     )
     result = fit(
-        ds,
-        cfg,
-        Path(args.out),
-        resume=args.resume,
-        progress=not args.quiet,
-        source={"data": args.data},
+        ds, cfg, Path(args.out), resume=args.resume, progress=not args.quiet, source=source
     )
     m = result.metrics
     label = run_label(cfg.model, cfg.train.loss)
@@ -585,6 +621,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-budget", metavar="DURATION", help="wall clock for training: 20m, 1h")
     p.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser(
+        "refit",
+        help="train a finished run's config again on the training and validation items, for "
+        "the epochs its validation chose (the state to serve)",
+    )
+    p.add_argument("run", metavar="RUN_DIR", help="a finished run trained on the training part")
+    p.add_argument("--out", required=True, help="the new run directory (created)")
+    p.add_argument("--data", help="the dataset (default: the one the run records)")
+    p.add_argument("--force", action="store_true", help="prepare again even if unchanged")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--resume", action="store_true", help="continue the interrupted refit in --out")
+    p.set_defaults(func=cmd_refit)
 
     p = sub.add_parser("evaluate", help="evaluate a model under full / uni100 / pop100")
     p.add_argument("model", help="'pop', or a run directory from `seqrec train`")

@@ -35,6 +35,7 @@ __all__ = [
     "load_config",
     "parse_duration",
     "parse_override",
+    "refit_config",
     "resolve_config",
     "short_budget_tiers",
     "speed_tiers",
@@ -624,3 +625,30 @@ def as_trained(cfg: RunConfig, like: RunConfig | None = None) -> RunConfig:
     done = {t.set for t in like.short_budget if t.applied}
     decided = _applied(cfg, lambda tier: (tier.set in done, math.nan))
     return dataclasses.replace(decided, short_budget=())
+
+
+def refit_config(cfg: RunConfig, best_epoch: int) -> RunConfig:
+    """The config that trains a finished run's `cfg` again on the training and the validation
+    items: for the `best_epoch + 1` epochs (0-based `best_epoch`) its validation chose, with its
+    schedule fitted to those epochs (a budget's decay becomes a decay over them), no time
+    budget, nothing validated, its tiers as it trained them. What the test then measures was
+    chosen on validation; the validation items are trained on (the state to serve, or the
+    original BERT4Rec code's `train+valid` protocol without its selection on the test split)."""
+    t = cfg.train
+    if t.train_on != "train":
+        raise ConfigError(
+            f'refit: the run trained on train.train_on = "{t.train_on}", so nothing chose its '
+            "epochs on validation; refit a run trained on the training part"
+        )
+    if best_epoch < 0:
+        raise ConfigError(f"refit: the run has no chosen epoch (best epoch {best_epoch})")
+    train = dataclasses.replace(
+        t,
+        train_on="train+valid",
+        time_budget=None,
+        max_epochs=best_epoch + 1,
+        max_steps=0,
+        decay="epochs" if t.decay == "budget" else t.decay,
+        patience=0,
+    )
+    return dataclasses.replace(as_trained(cfg), train=train)
