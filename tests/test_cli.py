@@ -89,7 +89,9 @@ def test_quickstart_falls_back_to_synthetic(
         format="movielens-dat",
     )
     monkeypatch.setattr("seqrec.data.download.DATASETS", {"ml-1m": unreachable})
-    assert main(["quickstart", "--quiet"]) == 0
+    # the synthetic run ends at its config's 60 epochs well inside the default 5 minutes; a
+    # longer budget keeps it so on a machine busy with other work (the clock would cut it)
+    assert main(["quickstart", "--quiet", "--time-budget", "1h"]) == 0
     out = capsys.readouterr()
     assert "running on SYNTHETIC data" in out.err and out.err.count("\n") == 1
     assert "| pop full |" in out.out and "| pop pop100 |" in out.out
