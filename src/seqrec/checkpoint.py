@@ -49,6 +49,9 @@ __all__ = [
     "load_run",
     "load_tensors",
     "read_checkpoint",
+    "read_config",
+    "read_metrics",
+    "read_source",
     "run_lock",
     "save_weights",
     "write_json",
@@ -189,6 +192,17 @@ def _alive(owner: list[str]) -> bool:
 _BEFORE_ADDED = {("bert4rec", "head_norm"): False}
 
 
+def read_source(run_dir: Path) -> dict[str, Any]:
+    """What a run was trained from, as its config.json records it (`data`, `prepared`, ...)."""
+    return dict(json.loads((run_dir / CONFIG).read_text()).get("source") or {})
+
+
+def read_metrics(run_dir: Path) -> dict[str, Any] | None:
+    """A finished run's metrics.json; None while the run has not finished."""
+    path = run_dir / METRICS
+    return dict(json.loads(path.read_text())) if path.exists() else None
+
+
 def read_config(run_dir: Path) -> RunConfig:
     path = run_dir / CONFIG
     if not path.exists():
@@ -262,7 +276,7 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> Run:
     an unfinished run's checkpoint), in eval mode."""
     run_dir = Path(run_dir)
     cfg = read_config(run_dir)
-    source = json.loads((run_dir / CONFIG).read_text()).get("source", {})
+    source = read_source(run_dir)
     vocab = json.loads((run_dir / VOCAB).read_text())
     item_ids = vocab["items"]
     model = build_model(cfg, len(item_ids), int(vocab.get("n_users", 0)))
@@ -275,6 +289,4 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> Run:
         state = ckpt["best_state"] or ckpt["model"]
     model.load_state_dict(state)
     model.to(device).eval()
-    metrics_path = run_dir / METRICS
-    metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else None
-    return Run(run_dir, cfg, model, item_ids, metrics, source)
+    return Run(run_dir, cfg, model, item_ids, read_metrics(run_dir), source)

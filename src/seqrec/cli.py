@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from seqrec import registry
-from seqrec.checkpoint import CONFIG, METRICS, load_run, read_config
+from seqrec.checkpoint import METRICS, load_run, read_config, read_metrics, read_source
 from seqrec.config import (
     RunConfig,
     load_config,
@@ -159,12 +159,13 @@ def cmd_refit(args: argparse.Namespace) -> int:
         cfg = read_config(Path(args.out))
         data = args.data or _source_data(Path(args.out))
     else:
-        if not (run / METRICS).exists():
+        metrics = read_metrics(run)
+        if metrics is None:
             raise ConfigError(
                 f"{run}: the run has not finished (no {METRICS}); a refit needs the epoch "
                 "its validation chose"
             )
-        best = int(json.loads((run / METRICS).read_text())["best_epoch"])
+        best = int(metrics["best_epoch"])
         cfg = refit_config(read_config(run), best)
         data = args.data or _source_data(run)
         print(
@@ -177,10 +178,10 @@ def cmd_refit(args: argparse.Namespace) -> int:
 
 def _source_data(run_dir: Path) -> str:
     """The dataset a run was trained on, as its config.json records it."""
-    source = json.loads((run_dir / CONFIG).read_text()).get("source") or {}
-    if not source.get("data"):
-        raise ConfigError(f"{run_dir / CONFIG}: no source.data recorded; give --data")
-    return str(source["data"])
+    data = read_source(run_dir).get("data")
+    if not data:
+        raise ConfigError(f"{run_dir}: its config.json records no source data; give --data")
+    return str(data)
 
 
 def _train(args: argparse.Namespace, cfg: RunConfig, data: str, source: dict[str, str]) -> int:

@@ -326,8 +326,8 @@ def train_or_reuse(
                 f"{out}: holds a run of another config ({'; '.join(diff)}); "
                 "move it away or change the config back"
             )
-    if (out / ckpt.METRICS).exists():
-        return dict(json.loads((out / ckpt.METRICS).read_text()))
+    if (metrics := ckpt.read_metrics(out)) is not None:
+        return metrics
     data = ds() if callable(ds) else ds
     resume = (out / ckpt.CHECKPOINT).exists()
     return fit(data, cfg, out, resume=resume, progress=progress, source=source).metrics
