@@ -142,7 +142,7 @@ def test_a_bad_spec_is_one_line_naming_the_file(tmp_path: Path, body: str, messa
 
 
 def test_the_shipped_specs_load_and_list_their_points(capsys: pytest.CaptureFixture[str]) -> None:
-    assert {"table3-ml1m", "table4-ml1m", "table5-ml1m", "fig3-ml1m", "fig4-ml1m"} <= set(
+    assert {"table3-ml1m", "table4-ml1m", "table5-ml1m", "table5-beauty", "fig3-ml1m"} <= set(
         spec_names()
     )
     table3 = load_spec("table3-ml1m")  # a point with its own base: another model
@@ -164,6 +164,12 @@ def test_the_shipped_specs_load_and_list_their_points(capsys: pytest.CaptureFixt
         load_spec("fig4-beauty").config(load_spec("fig4-beauty").points[5], 0).cloze.mask_prob
         == 0.6
     )
+    # Table 5 on Beauty: one change per point to the shipped Beauty recipe (dropout 0.2)
+    ablations = load_spec("table5-beauty")
+    cfgs = {p.label: ablations.config(p, 0).bert4rec for p in ablations.points}
+    assert (cfgs["L = 2, h = 2"].dropout, cfgs["w/o dropout"].dropout) == (0.2, 0.0)
+    assert cfgs["w/o LN"].ablate == ("ln",) and cfgs["h = 8"].n_heads == 8
+    assert ablations.paper_value("w/o RC", ablations.metric) == 0.1619
     assert main(["experiment", "table5-ml1m", "--data", "ml-1m", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert (
