@@ -170,6 +170,13 @@ def test_the_shipped_specs_load_and_list_their_points(capsys: pytest.CaptureFixt
     assert (cfgs["L = 2, h = 2"].dropout, cfgs["w/o dropout"].dropout) == (0.2, 0.0)
     assert cfgs["w/o LN"].ablate == ("ln",) and cfgs["h = 8"].n_heads == 8
     assert ablations.paper_value("w/o RC", ablations.metric) == 0.1619
+    # Figure 3 on Beauty: the ML-1M baselines' recipes at Beauty's N, the file not re-filtered
+    fig3b = load_spec("fig3-beauty")
+    gru = fig3b.config(next(p for p in fig3b.points if p.label == "GRU4Rec+ 128"), 0)
+    assert (gru.model, gru.gru4rec.max_len, gru.gru4rec.hidden) == ("gru4rec", 50, 128)
+    assert (gru.data.min_user_interactions, gru.data.min_item_interactions) == (1, 1)
+    bert = fig3b.config(fig3b.points[0], 0)
+    assert (bert.bert4rec.d_model, bert.data.min_user_interactions) == (16, None)
     assert main(["experiment", "table5-ml1m", "--data", "ml-1m", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert (
