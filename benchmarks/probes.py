@@ -56,6 +56,7 @@ def main() -> None:
                 "best_valid": max(curve.values()) if curve else None,
                 "best_epoch": metrics["best_epoch"] if metrics else None,
                 "test": metrics["test"] if metrics else None,
+                "valid": metrics.get("valid") if metrics else None,  # chosen state, every protocol
                 "seq_per_s": (
                     sum(h["sequences"] for h in log) / max(1e-9, sum(h["epoch_s"] for h in log))
                 ),
