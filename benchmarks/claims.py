@@ -127,6 +127,17 @@ def check_docs(docs: list[Path], published: set[str]) -> list[Problem]:
                         "(python benchmarks/claims.py --render)",
                     )
                 )
+        parsed = {text.index("<!-- =", m.start()) for m in CLAIM.finditer(text)}
+        for m in re.finditer("<!-- =", text):
+            if m.start() not in parsed:  # a claim no check would see: say so, not pass it
+                problems.append(
+                    Problem(
+                        name,
+                        text.count("\n", 0, m.start()) + 1,
+                        "a claim that does not parse (NUMBER<!-- = FILE KEY [x|/N] -->, "
+                        "no spaces in the key, the number right before it)",
+                    )
+                )
         for m in CLAIM.finditer(text):
             covered.append((m.start("num"), m.end("num")))
             line = text.count("\n", 0, m.start()) + 1

@@ -32,10 +32,10 @@ def target_counts(split: LeaveOneOut) -> dict[str, dict[str, Any]]:
     seen = {
         on: np.bincount(split.training(on).items, minlength=n) for on in ("train", "train+valid")
     }
-    pairs = {
-        "valid targets, trained on train": (split.valid.targets, seen["train"]),
-        "test targets, trained on train": (split.test.targets, seen["train"]),
-        "test targets, trained on train+valid": (split.test.targets, seen["train+valid"]),
+    pairs = {  # keyed "<targets>_on_<trained-on items>"
+        "valid_on_train": (split.valid.targets, seen["train"]),
+        "test_on_train": (split.test.targets, seen["train"]),
+        "test_on_train+valid": (split.test.targets, seen["train+valid"]),
     }
     out: dict[str, dict[str, Any]] = {}
     for name, (targets, counts) in pairs.items():
@@ -72,9 +72,9 @@ def main() -> None:
     ]
     for dataset, rows in results.items():
         for name, r in rows.items():
-            targets, over = name.split(", trained on ")
+            targets, over = name.split("_on_")
             cells = " | ".join(f"{100 * r[f'at_most_{k}']:.1f}%" for k in AT_MOST)
-            lines.append(f"| {dataset} | {targets} | {over} | {r['median']:g} | {cells} |")
+            lines.append(f"| {dataset} | {targets} targets | {over} | {r['median']:g} | {cells} |")
     payload = {
         "protocol": "leave-one-out; counts of each target item in the trained-on items",
         "files": {k: v.name for k, v in files.items()},

@@ -52,6 +52,10 @@ def test_the_checker_catches_a_wrong_number_a_missing_source_and_an_unsourced_on
         "455 looks measured but names no results file",
         "0.1234 looks measured but names no results file",
     ]
+    # a claim whose key holds a space is not checked at all, so it is an error, not a pass
+    doc.write_text(good + "At 10.3<!-- = r.json a b --> %.\n")
+    found = [p.message for p in claims.check_docs([doc], published_numbers())]
+    assert len(found) == 1 and found[0].startswith("a claim that does not parse")
     doc.write_text(good.replace("| 1 | 2 |\n<!--", "| 1 | 3 |\n<!--"))
     assert "table differs" in str(claims.check_docs([doc], published_numbers())[0])
     assert claims.render_tables(doc) and claims.check_docs([doc], published_numbers()) == []

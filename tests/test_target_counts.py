@@ -31,13 +31,13 @@ def test_counts_of_the_targets_in_the_trained_on_items(monkeypatch: pytest.Monke
     split = leave_one_out(Sequences(items, np.array([0, 4, 8, 12], dtype=np.int64), n_items=5))
     got = _module(monkeypatch).target_counts(split)
     # training part: item 1 x3, 2 x2, 3 x1, 4 and 5 never; valid targets 3, 2, 4 -> 1, 2, 0
-    valid = got["valid targets, trained on train"]
+    valid = got["valid_on_train"]
     assert valid["median"] == 1 and valid["at_most_0"] == pytest.approx(1 / 3)
     assert valid["at_most_2"] == 1.0 and valid["targets"] == 3
     # test targets 4, 5, 1 -> 0, 0, 3 in the training part
-    test = got["test targets, trained on train"]
+    test = got["test_on_train"]
     assert test["median"] == 0 and test["at_most_0"] == pytest.approx(2 / 3)
     assert test["at_most_2"] == pytest.approx(2 / 3) and test["at_most_5"] == 1.0
     # validation items trained on: 4 once (the third user's), 5 never, 1 three times
-    both = got["test targets, trained on train+valid"]
+    both = got["test_on_train+valid"]
     assert both["median"] == 1 and both["at_most_0"] == pytest.approx(1 / 3)
