@@ -4,8 +4,7 @@ or an unsourced measured-looking number fails."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -13,22 +12,11 @@ import pytest
 
 from seqrec.reference import published_numbers
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _claims() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("claims", ROOT / "benchmarks" / "claims.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["claims"] = module  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_the_checker_catches_a_wrong_number_a_missing_source_and_an_unsourced_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, benchmark_script: Callable[[str], ModuleType]
 ) -> None:
-    claims = _claims()
+    claims = benchmark_script("claims")
     results = tmp_path / "results"
     results.mkdir()
     (results / "r.json").write_text('{"runs": [{"ndcg": 0.18104}], "share": 0.6412}')
@@ -61,16 +49,20 @@ def test_the_checker_catches_a_wrong_number_a_missing_source_and_an_unsourced_on
     assert claims.render_tables(doc) and claims.check_docs([doc], published_numbers()) == []
 
 
-def test_every_measured_number_in_the_docs_traces_to_a_results_file() -> None:
-    claims = _claims()
+def test_every_measured_number_in_the_docs_traces_to_a_results_file(
+    benchmark_script: Callable[[str], ModuleType],
+) -> None:
+    claims = benchmark_script("claims")
     problems = claims.check_docs(claims.docs(), published_numbers())
     assert not problems, "\n".join(map(str, problems))
 
 
-def test_a_key_path_reaches_keys_that_hold_dots() -> None:
+def test_a_key_path_reaches_keys_that_hold_dots(
+    benchmark_script: Callable[[str], ModuleType],
+) -> None:
     """Experiment results key their extra columns by metric name ("valid.full.ndcg@10"): the path
     takes the longest key present at each level, and a key that is not there is a KeyError."""
-    claims = _claims()
+    claims = benchmark_script("claims")
     data = {
         "summary": [{"columns": {"valid.full.ndcg@10": {"mean": 0.25}, "valid": {"x": 1.0}}}],
     }

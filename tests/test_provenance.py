@@ -4,9 +4,9 @@ of what they report, and a finished run is reused only for the config it was tra
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -18,16 +18,6 @@ from seqrec.data.prepared import PreparedDataset, prepare_frame
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import ConfigError
 from seqrec.provenance import ISA_FLAGS, machine
-
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def _common() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_common", BENCHMARKS / "_common.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _cfg(**train: object) -> RunConfig:
@@ -92,9 +82,12 @@ def test_machine_records_the_cpu_and_its_isa_flags() -> None:
 
 
 def test_reuse_needs_the_same_config_and_results_record_everything(
-    toy: PreparedDataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    toy: PreparedDataset,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    benchmark_script: Callable[[str], ModuleType],
 ) -> None:
-    common = _common()
+    common = benchmark_script("_common")
     monkeypatch.setattr(common, "RESULTS", tmp_path / "results")
     out = tmp_path / "run"
     metrics, log = common.train_or_reuse(toy, _cfg(), out, Path("toy.txt"))

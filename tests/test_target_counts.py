@@ -3,8 +3,7 @@ checked against counts done by hand on three users."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+from collections.abc import Callable
 from types import ModuleType
 
 import numpy as np
@@ -13,23 +12,14 @@ import pytest
 from seqrec.data.preprocess import Sequences
 from seqrec.data.split import leave_one_out
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
-
-def _module(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    monkeypatch.syspath_prepend(str(BENCHMARKS))  # it imports its sibling _common
-    spec = importlib.util.spec_from_file_location("target_counts", BENCHMARKS / "target_counts.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_counts_of_the_targets_in_the_trained_on_items(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_counts_of_the_targets_in_the_trained_on_items(
+    benchmark_script: Callable[[str], ModuleType],
+) -> None:
     # users: [1 2 | 3 | 4], [1 3 | 2 | 5], [2 1 | 4 | 1]  (training part | valid | test)
     items = np.array([1, 2, 3, 4, 1, 3, 2, 5, 2, 1, 4, 1], dtype=np.int64)
     split = leave_one_out(Sequences(items, np.array([0, 4, 8, 12], dtype=np.int64), n_items=5))
-    got = _module(monkeypatch).target_counts(split)
+    got = benchmark_script("target_counts").target_counts(split)
     # training part: item 1 x3, 2 x2, 3 x1, 4 and 5 never; valid targets 3, 2, 4 -> 1, 2, 0
     valid = got["valid_on_train"]
     assert valid["median"] == 1 and valid["at_most_0"] == pytest.approx(1 / 3)
