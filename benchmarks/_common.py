@@ -101,10 +101,14 @@ def write_results(
     for r in meta["run_records"]:
         t = r["trained_at"]
         wall = f"{r['wall_time_s'] / 60:.1f} min" if r["wall_time_s"] else "unfinished"
+        # a run trained elsewhere (a lent GPU) says where: the machine line above is this one
+        elsewhere = r["machine"] and describe_machine(r["machine"]) != describe_machine(m)
         lines.append(
             f"- run `{Path(r['run_dir']).name}`: trained at `{t['commit']}`"
             f"{'' if t['clean'] else ' (dirty, diff stored)'}, seed {r['train_seed']}, "
-            f"candidates seed {r['candidate_seed']}, {wall}; resolved config in the JSON"
+            f"candidates seed {r['candidate_seed']}, {wall}"
+            + (f", on {describe_machine(r['machine'])} ({r['device']})" if elsewhere else "")
+            + "; resolved config in the JSON"
         )
     md = f"{markdown.rstrip()}\n\n" + "\n".join(lines) + "\n"
     paths = (RESULTS / f"{name}.json", RESULTS / f"{name}.md")

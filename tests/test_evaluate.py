@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 import torch
 
+from seqrec.checkpoint import build_model
+from seqrec.config import default_config
 from seqrec.data.candidates import _gumbel_top_n, item_popularity, sample_negatives
 from seqrec.data.preprocess import Sequences, preprocess
 from seqrec.data.split import leave_one_out
@@ -232,3 +234,33 @@ def test_full_ranks_match_masking_the_whole_row() -> None:
         want.append(sum(1 for i in range(v) if i not in out and not float(scores[r, i]) < t))
     assert got.tolist() == want and got.dtype == torch.int64
     assert max(want) > min(want)  # the case is not degenerate
+
+
+class _Scored(Exception):
+    """Raised by DeviceScorer once it has seen where its histories were put."""
+
+
+class DeviceScorer:
+    max_len = None
+
+    def __init__(self, device: str) -> None:
+        self.device = torch.device(device)
+        self.seen: list[str] = []
+
+    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
+        self.seen.append(histories.device.type)
+        raise _Scored
+
+
+def test_histories_go_to_the_scorers_device_unless_told() -> None:
+    # on a GPU machine `fit` leaves the model on the GPU: evaluating it must not feed it CPU
+    # tensors (on an H200 the tests that fed CPU histories to a model fit had left there failed)
+    split = leave_one_out(Sequences.from_lists([[1, 2, 3, 4]], n_items=6))
+    scorer = DeviceScorer("meta")
+    for device in (None, "cpu"):
+        with pytest.raises(_Scored):
+            evaluate(scorer, split.test, protocols=["full"], device=device)
+    assert scorer.seen == ["meta", "cpu"]
+    # a model's device is its weights'
+    model = build_model(default_config("sasrec"), n_items=6).to("meta")
+    assert model.device == torch.device("meta")

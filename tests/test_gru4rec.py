@@ -115,8 +115,8 @@ def test_learns_the_toy_pattern_above_pop(loss: str, toy: PreparedDataset, tmp_p
     ours = result.metrics["valid"]["full"]["ndcg@10"]
     assert ours > pop.metrics["full"]["ndcg@10"] + 0.2, (loss, ours)
     if loss == "bpr_max":  # save -> load gives identical scores
-        run = load_run(result.run_dir)
-        h = torch.tensor([[0, 0, 3, 4, 5], [1, 2, 3, 4, 5]])
+        run = load_run(result.run_dir, device=result.model.device)  # where fit left it
+        h = torch.tensor([[0, 0, 3, 4, 5], [1, 2, 3, 4, 5]], device=result.model.device)
         assert torch.equal(run.model.score(h), result.model.score(h))
         assert toy.evaluate(run.model, "test").metrics == result.metrics["test"]
 

@@ -114,3 +114,12 @@ def test_reuse_needs_the_same_config_and_results_record_everything(
     assert run["wall_time_s"] == metrics["wall_time_s"] and run["epochs"] == 2
     md = md_path.read_text()
     assert "seeds: train 0, candidates 42" in md and "run `run`: trained at" in md
+    assert ", on " not in md  # trained on this machine: the machine line says it
+    # a run trained on another machine (a lent GPU) names it in its line
+    m = json.loads((out / "metrics.json").read_text())
+    m["machine"] = {**m["machine"], "cpu": "Elsewhere CPU", "gpu": "NVIDIA H200"}
+    m["device"] = "cuda"
+    (out / "metrics.json").write_text(json.dumps(m))
+    _, md_path = common.write_results("probe", {}, "# probe", seeds={}, runs=[out])
+    assert "Elsewhere CPU" in md_path.read_text() and "GPU NVIDIA H200" in md_path.read_text()
+    assert "(cuda); resolved config" in md_path.read_text()

@@ -141,8 +141,8 @@ def test_each_loss_learns_the_toy_pattern(loss: str, toy: PreparedDataset, tmp_p
     # measured: bce 0.85, ce 0.83, sampled_softmax 0.86, gbce 0.63 against POP's 0.38
     assert ours > pop.metrics["full"]["ndcg@10"] + 0.2, (loss, ours)
     if loss == "gbce":  # save -> load gives identical scores
-        run = load_run(result.run_dir)
-        h = torch.tensor([[0, 0, 3, 4, 5], [1, 2, 3, 4, 5]])
+        run = load_run(result.run_dir, device=result.model.device)  # where fit left it
+        h = torch.tensor([[0, 0, 3, 4, 5], [1, 2, 3, 4, 5]], device=result.model.device)
         assert torch.equal(run.model.score(h), result.model.score(h))
         assert toy.evaluate(run.model, "test").metrics == result.metrics["test"]  # type: ignore[arg-type]
 

@@ -76,9 +76,9 @@ def test_best_state_is_chosen_on_validation(trained: FitResult) -> None:
 
 
 def test_save_then_load_gives_identical_scores(toy: PreparedDataset, trained: FitResult) -> None:
-    run = load_run(trained.run_dir)
+    run = load_run(trained.run_dir, device=trained.model.device)  # where fit left it
     assert run.item_ids == toy.item_ids and run.config == _config()
-    histories = torch.tensor([[0, 0, 3, 4, 5], [1, 2, 3, 4, 5]])
+    histories = torch.tensor([[0, 0, 3, 4, 5], [1, 2, 3, 4, 5]], device=trained.model.device)
     trained.model.eval()
     assert torch.equal(run.model.score(histories), trained.model.score(histories))
     again = toy.evaluate(run.model, "test")  # type: ignore[arg-type]

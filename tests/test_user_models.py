@@ -227,9 +227,9 @@ def test_learns_the_toy_pattern_above_pop(
     ours = result.metrics["valid"]["full"]["ndcg@10"]
     assert ours > pop.metrics["full"]["ndcg@10"] + margin, (model, ours)
     # save -> load gives identical scores, with and without users
-    run = load_run(result.run_dir)
-    h = torch.tensor([[0, 0, 3, 4, 5], [1, 2, 3, 4, 5]])
-    users = torch.tensor([3, -1])
+    run = load_run(result.run_dir, device=result.model.device)  # where fit left it
+    h = torch.tensor([[0, 0, 3, 4, 5], [1, 2, 3, 4, 5]], device=result.model.device)
+    users = torch.tensor([3, -1], device=result.model.device)
     assert torch.equal(run.model.score(h, users), result.model.score(h, users))
     assert toy.evaluate(run.model, "test").metrics == result.metrics["test"]
     # recommend_user passes the user: the same top-k as scoring its history with its index

@@ -140,11 +140,14 @@ def evaluate(
     negatives: Mapping[str, np.ndarray] | None = None,
     ks: Sequence[int] = DEFAULT_KS,
     batch_size: int = 256,
-    device: torch.device | str = "cpu",
+    device: torch.device | str | None = None,
     progress: bool = False,
 ) -> EvalReport:
-    """Rank every user's target under each protocol; metrics are means over users."""
+    """Rank every user's target under each protocol; metrics are means over users. The
+    histories go to `device`; None: the scorer's own (its `device`, e.g. a model's weights'),
+    else the CPU."""
     protocols = parse_protocols(protocols)
+    device = torch.device(device if device is not None else getattr(scorer, "device", "cpu"))
     for p in protocols:
         if p in SAMPLED_PROTOCOLS and (negatives is None or p not in negatives):
             raise ValueError(

@@ -103,7 +103,7 @@ class PreparedDataset:
         protocols: Sequence[str] = PROTOCOLS,
         ks: Sequence[int] = DEFAULT_KS,
         batch_size: int = 256,
-        device: str | torch.device = "cpu",
+        device: str | torch.device | None = None,
         progress: bool = False,
     ) -> EvalReport:
         """Evaluate a scorer on one split against this dataset's stored candidates (a shortcut to

@@ -57,6 +57,12 @@ class SequenceModel(nn.Module, ABC):
     onnx_export: ClassVar[bool] = True
 
     @property
+    def device(self) -> torch.device:
+        """Where the weights are: `score` takes its histories there, and `evaluate` puts them
+        there unless told otherwise (a model `fit` trained on a GPU stays on it)."""
+        return next(self.parameters()).device
+
+    @property
     @abstractmethod
     def max_len(self) -> int:
         """How many most-recent items `score` reads."""
