@@ -144,6 +144,17 @@ class ModelEntry:
     train_defaults: Mapping[str, Any] = field(default_factory=dict)
 
 
+def last_positions(x: torch.Tensor, n: int, dim: int = 1) -> torch.Tensor:
+    """x[:, -n:] along `dim` (every position when there are fewer than n), written with
+    `narrow`: its length is an expression of the input's, where torch.export (2.10 on) takes a
+    negative slice of a dynamic length for a data-dependent size and fails on it."""
+    if torch.jit.is_tracing():  # TorchScript traces sizes as tensors: a slice traces as one
+        return x[(slice(None),) * dim + (slice(-n, None),)]
+    size = x.shape[dim]
+    start = torch.sym_max(size - n, 0)
+    return x.narrow(dim, start, size - start)
+
+
 def next_item_batches(cfg: RunConfig, ds: PreparedDataset, max_len: int) -> Sampler:
     """The shifted next-item task (SASRec §III-E) over the training sequences, windows of at most
     `max_len` items: the training batches of any model whose config has a [next_item] section."""

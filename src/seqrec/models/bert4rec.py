@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqrec.data.batches import ClozeConfig, ClozeSampler
-from seqrec.models.base import ModelEntry, Sampler, SequenceModel
+from seqrec.models.base import ModelEntry, Sampler, SequenceModel, last_positions
 from seqrec.models.dropout import DropoutKind, dropout
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ class SelfAttention(nn.Module):
         B, L, D = x.shape
         q, k, v = self.qkv(x).view(B, L, 3, self.n_heads, D // self.n_heads).unbind(2)
         if last_only:
-            q, keep = q[:, -1:], keep[:, :, -1:]
+            q, keep = last_positions(q, 1), last_positions(keep, 1, dim=2)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, h, L or 1, D/h)
         y = F.scaled_dot_product_attention(
             q, k, v, attn_mask=keep, dropout_p=self.attn_dropout if self.training else 0.0
@@ -130,10 +130,9 @@ class TransformerLayer(nn.Module):
     def forward(self, h: torch.Tensor, keep: torch.Tensor, last_only: bool = False) -> torch.Tensor:
         """h (B, L, D) -> (B, L, D); with `last_only` the last position's output only (B, 1, D),
         every position still a key: what scoring needs from the last layer, at 1/L the cost."""
-        rows = slice(-1, None) if last_only else slice(None)
         a = self.dropout(self.attn(h, keep, last_only))
         if self.residual:
-            a = h[:, rows] + a
+            a = (last_positions(h, 1) if last_only else h) + a
         if self.use_ln:
             a = self.ln1(a)
         if not self.use_ffn:  # Table 5 "w/o PFFN": the layer ends after its attention sublayer
@@ -252,7 +251,7 @@ class BERT4Rec(SequenceModel):
         """histories (B, L) left-padded -> (B, D): the hidden state of an appended [MASK] (§3.6)."""
         B = histories.shape[0]
         mask = torch.full((B, 1), self.mask_id, dtype=histories.dtype, device=histories.device)
-        inputs = torch.cat([histories[:, -self.max_len :], mask], dim=1)  # (B, L+1)
+        inputs = torch.cat([last_positions(histories, self.max_len), mask], dim=1)  # (B, L+1)
         return self.forward(inputs, last_only=True)[:, -1]
 
 

@@ -23,7 +23,13 @@ from torch import nn
 
 from seqrec.data.batches import NextItemConfig
 from seqrec.errors import ConfigError
-from seqrec.models.base import BASELINE_TRAIN, ModelEntry, SequenceModel, whole_row_batches
+from seqrec.models.base import (
+    BASELINE_TRAIN,
+    ModelEntry,
+    SequenceModel,
+    last_positions,
+    whole_row_batches,
+)
 from seqrec.models.bprmf import user_rows
 
 __all__ = ["ENTRY", "Caser", "CaserConfig"]
@@ -110,7 +116,7 @@ class Caser(SequenceModel):
     def user_vector(
         self, histories: torch.Tensor, users: torch.Tensor | None = None
     ) -> torch.Tensor:
-        return self.forward(histories[:, -self.cfg.window :], users)[:, -1]
+        return self.forward(last_positions(histories, self.cfg.window), users)[:, -1]
 
 
 # the original code's recipe: Adam, lr 1e-3, ℓ2 1e-6 (here decoupled weight decay), BCE with 3

@@ -19,7 +19,13 @@ import torch
 from torch import nn
 
 from seqrec.data.batches import NextItemConfig
-from seqrec.models.base import BASELINE_TRAIN, ModelEntry, SequenceModel, whole_row_batches
+from seqrec.models.base import (
+    BASELINE_TRAIN,
+    ModelEntry,
+    SequenceModel,
+    last_positions,
+    whole_row_batches,
+)
 from seqrec.models.bprmf import user_rows
 
 __all__ = ["ENTRY", "FPMC", "FPMCConfig"]
@@ -80,7 +86,7 @@ class FPMC(SequenceModel):
     def user_vector(
         self, histories: torch.Tensor, users: torch.Tensor | None = None
     ) -> torch.Tensor:
-        return self.forward(histories[:, -1:], users)[:, -1]
+        return self.forward(last_positions(histories, 1), users)[:, -1]
 
 
 # Rendle et al. learn by SGD on sampled quadruples with ℓ2; here Adam (seqrec's one optimiser),

@@ -24,7 +24,13 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from seqrec.data.batches import NextItemConfig
-from seqrec.models.base import BASELINE_TRAIN, ModelEntry, SequenceModel, whole_row_batches
+from seqrec.models.base import (
+    BASELINE_TRAIN,
+    ModelEntry,
+    SequenceModel,
+    last_positions,
+    whole_row_batches,
+)
 
 __all__ = ["ENTRY", "GRU4Rec", "GRU4RecConfig"]
 
@@ -94,7 +100,7 @@ class GRU4Rec(SequenceModel):
         self, histories: torch.Tensor, users: torch.Tensor | None = None
     ) -> torch.Tensor:
         """The GRU's state after the last item of each history, (B, H)."""
-        return self.forward(histories[:, -self.max_len :])[:, -1]
+        return self.forward(last_positions(histories, self.max_len))[:, -1]
 
 
 # the registry entry: GRU4Rec+'s recipe where it differs from TrainConfig's (BERT4Rec's): Adagrad

@@ -24,7 +24,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqrec.data.batches import NextItemConfig
-from seqrec.models.base import BASELINE_TRAIN, ModelEntry, Sampler, SequenceModel, next_item_batches
+from seqrec.models.base import (
+    BASELINE_TRAIN,
+    ModelEntry,
+    Sampler,
+    SequenceModel,
+    last_positions,
+    next_item_batches,
+)
 from seqrec.models.dropout import DropoutKind, dropout
 
 if TYPE_CHECKING:
@@ -127,15 +134,18 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, keep: torch.Tensor, last_only: bool = False) -> torch.Tensor:
         """x (B, L, D) -> (B, L, D); with `last_only` the last position's output only (B, 1, D),
         every position still a key: what scoring needs from the last block, at 1/L the cost."""
-        rows = slice(-1, None) if last_only else slice(None)
-        keep = keep[:, :, rows]
+
+        def rows(t: torch.Tensor, dim: int = 1) -> torch.Tensor:
+            return last_positions(t, 1, dim) if last_only else t
+
+        keep = rows(keep, 2)
         if self.original:
-            q = self.ln1(x)[:, rows]
+            q = rows(self.ln1(x))
             y = q + self.attn(q, x, keep)  # original code: keys from x, residual from LN(x)
             f = self.ln2(y)
             return f + self.dropout(self.ffn(f))  # original code: residual from LN(x)
         a = self.ln1(x)
-        y = x[:, rows] + self.dropout(self.attn(a[:, rows], a, keep))
+        y = rows(x) + self.dropout(self.attn(rows(a), a, keep))
         return y + self.dropout(self.ffn(self.ln2(y)))
 
 
@@ -232,7 +242,7 @@ class SASRec(SequenceModel):
         self, histories: torch.Tensor, users: torch.Tensor | None = None
     ) -> torch.Tensor:
         """histories (B, L) left-padded -> (B, D): F at the last position (§III-D)."""
-        return self.forward(histories[:, -self.max_len :], last_only=True)[:, -1]
+        return self.forward(last_positions(histories, self.max_len), last_only=True)[:, -1]
 
 
 def _next_item_batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:

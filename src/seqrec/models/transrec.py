@@ -23,7 +23,13 @@ import torch
 from torch import nn
 
 from seqrec.data.batches import NextItemConfig
-from seqrec.models.base import BASELINE_TRAIN, ModelEntry, SequenceModel, whole_row_batches
+from seqrec.models.base import (
+    BASELINE_TRAIN,
+    ModelEntry,
+    SequenceModel,
+    last_positions,
+    whole_row_batches,
+)
 from seqrec.models.bprmf import user_rows
 
 __all__ = ["ENTRY", "TransRec", "TransRecConfig"]
@@ -80,7 +86,7 @@ class TransRec(SequenceModel):
     def user_vector(
         self, histories: torch.Tensor, users: torch.Tensor | None = None
     ) -> torch.Tensor:
-        return self.forward(histories[:, -1:], users)[:, -1]
+        return self.forward(last_positions(histories, 1), users)[:, -1]
 
 
 # He et al. learn by SGD with ℓ2; SASRec's runs used Adam, as here (ℓ2 as decoupled weight decay)
