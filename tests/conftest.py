@@ -99,3 +99,28 @@ def tiny_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         ds = prepare(data, data_cfg=cfg.data, eval_cfg=cfg.eval, out=root / "prepared")
         out[model] = fit(ds, cfg, root / model, progress=False, source={"data": str(data)}).run_dir
     return out
+
+
+@pytest.fixture(scope="session")
+def memory_cap() -> Callable[[], None]:
+    """A `preexec_fn` capping a child's address space (as `prlimit --as`) at what a process
+    that imported seqrec takes (measured here: torch's builds differ by gigabytes) plus 1 GiB:
+    a child that tried to hold a bomb's output or a huge model would die, not pass."""
+    import resource
+    import subprocess
+
+    probe = (
+        "import seqrec.cli, seqrec.checkpoint\n"
+        "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmSize')))"
+    )
+    base_kib = int(
+        subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    cap = base_kib * 1024 + (1 << 30)
+
+    def preexec() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+    return preexec

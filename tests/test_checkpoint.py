@@ -9,6 +9,9 @@ import hashlib
 import json
 import os
 import shutil
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -79,7 +82,15 @@ def test_the_checkpoint_a_run_writes_loads_tensors_only(tiny_runs: dict[str, Pat
     assert state["epoch"] == 2 and isinstance(state["optimizer"]["state"], dict)
     assert all(isinstance(v, torch.Tensor) for v in state["model"].values())
     digests = json.loads((tiny_runs["sasrec"] / "sha256.json").read_text())
-    assert set(digests) == {"checkpoint.pt", "checkpoint.prev.pt", "model.pt"}
+    # every file a loader reads, each by name (the JSON files too: an edited config is refused)
+    assert set(digests) == {
+        "checkpoint.pt",
+        "checkpoint.prev.pt",
+        "model.pt",
+        "config.json",
+        "vocab.json",
+        "metrics.json",
+    }
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "swap"])
@@ -150,3 +161,73 @@ def test_a_full_disk_keeps_the_last_good_checkpoint(
     after = read_checkpoint(run)
     assert after is not None and after["epoch"] == before["epoch"]
     assert sorted(p.name for p in run.iterdir() if p.name.startswith(".")) == []
+
+
+_RACER = """
+import os, sys, time
+from pathlib import Path
+from seqrec.checkpoint import run_lock
+from seqrec.errors import RunError
+run, marker, rounds = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+held = twice = 0
+for _ in range(rounds):
+    try:
+        with run_lock(run):
+            try:  # a second holder would find the marker there
+                fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                twice += 1
+                continue
+            held += 1
+            time.sleep(0.0005)
+            os.close(fd)
+            os.unlink(marker)
+    except RunError:
+        pass
+print(held, twice)
+"""
+
+
+def test_the_lock_is_exclusive_when_two_processes_race_400_times(tmp_path: Path) -> None:
+    run, marker = tmp_path / "run", tmp_path / "holder"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RACER, str(run), str(marker), "400"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        results.append([int(x) for x in out.split()])
+    assert sum(twice for _, twice in results) == 0  # never two holders at once
+    assert all(held > 0 for held, _ in results)  # and each process held it at times
+
+
+def test_a_stale_lock_is_taken_over_and_another_hosts_needs_break_lock(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    # a live pid with another start time: a reused pid, not the holder
+    (run / ".lock").write_text(f"{os.getpid()} 1 {socket.gethostname()}")
+    with run_lock(run):
+        mine = (run / ".lock").read_text().split()
+        assert mine[0] == str(os.getpid()) and mine[1] != "1"
+    # the same pid with its real start time and no flock (an older seqrec's lock): held
+    (run / ".lock").write_text(
+        f"{os.getpid()} {ckpt._start_time(os.getpid())} {socket.gethostname()}"
+    )
+    with pytest.raises(RunError, match="in use by another training"), run_lock(run):
+        pass
+    # another host's lock: seqrec cannot tell, so it says how to take it
+    (run / ".lock").write_text("4242 123 elsewhere.example")
+    with (
+        pytest.raises(RunError, match=r"pid 4242 on elsewhere\.example\).*--break-lock"),
+        run_lock(run),
+    ):
+        pass
+    with run_lock(run, break_lock=True):
+        assert (run / ".lock").read_text().split()[-1] == socket.gethostname()

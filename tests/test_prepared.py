@@ -9,7 +9,7 @@ import pytest
 from seqrec.config import DataConfig, EvalConfig
 from seqrec.data.prepared import load_prepared, prepare
 from seqrec.data.synthetic import synthetic_interactions
-from seqrec.errors import DataError
+from seqrec.errors import ConfigError, DataError
 
 
 def _write_log(path: Path, seed: int = 0) -> Path:
@@ -47,7 +47,13 @@ def test_prepare_reuses_unchanged_and_rebuilds_changed(tmp_path: Path) -> None:
     stamp = (out / "manifest.json").stat().st_mtime_ns
     prepare(src, out=out, progress=False)
     assert (out / "manifest.json").stat().st_mtime_ns == stamp  # reused, not rewritten
-    ds = prepare(src, out=out, data_cfg=DataConfig(min_item_interactions=1), progress=False)
+    # another setting: the folder is seqrec's, but replaced only when told (seqrec.outputs)
+    with pytest.raises(ConfigError, match="another source or settings; --force replaces it"):
+        prepare(src, out=out, data_cfg=DataConfig(min_item_interactions=1), progress=False)
+    assert (out / "manifest.json").stat().st_mtime_ns == stamp
+    ds = prepare(
+        src, out=out, data_cfg=DataConfig(min_item_interactions=1), force=True, progress=False
+    )
     assert (out / "manifest.json").stat().st_mtime_ns != stamp  # a setting changed
     assert ds.manifest["key"]["data"]["min_item_interactions"] == 1
     ds2 = prepare(
@@ -55,6 +61,7 @@ def test_prepare_reuses_unchanged_and_rebuilds_changed(tmp_path: Path) -> None:
         out=out,
         data_cfg=DataConfig(min_item_interactions=1),
         eval_cfg=EvalConfig(negative_seed=1),
+        force=True,
         progress=False,
     )
     assert not np.array_equal(ds2.negatives("test")["uni100"], ds.negatives("test")["uni100"])

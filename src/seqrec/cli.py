@@ -12,13 +12,20 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from seqrec import registry
-from seqrec.checkpoint import METRICS, load_run, read_config, read_metrics, read_source
+from seqrec.checkpoint import (
+    METRICS,
+    load_run,
+    read_config,
+    read_metrics,
+    read_source,
+)
 from seqrec.config import (
     RunConfig,
     load_config,
     refit_config,
     short_budget_tiers,
     speed_tiers,
+    validate,
 )
 from seqrec.data import download
 from seqrec.data.prepared import PreparedDataset, load_prepared, prepare, prepare_frame
@@ -35,9 +42,10 @@ from seqrec.evaluate import (
 from seqrec.export import FORMATS, export_run
 from seqrec.metrics import metric_names, paired_test
 from seqrec.models.baselines import Popularity
+from seqrec.outputs import check_out_file
 from seqrec.recommender import Recommender, read_histories, write_recommendations
 from seqrec.report import metrics_table, run_label, stats_table
-from seqrec.train import fit, resolve_device
+from seqrec.train import check_run_out, fit, resolve_device
 
 __all__ = ["main"]
 
@@ -60,7 +68,11 @@ def _run_config(args: argparse.Namespace) -> RunConfig:
     return load_config(RunConfig, getattr(args, "config", None), overrides)
 
 
-def _prepare(args: argparse.Namespace, cfg: RunConfig) -> PreparedDataset:
+def _prepare(
+    args: argparse.Namespace, cfg: RunConfig, inputs: Sequence[str] = ()
+) -> PreparedDataset:
+    """The --data of a command, prepared into --out (or the cache); --out may not be or
+    contain any of `inputs` (a run directory the command reads)."""
     return prepare(
         args.data,
         data_cfg=cfg.data,
@@ -68,6 +80,7 @@ def _prepare(args: argparse.Namespace, cfg: RunConfig) -> PreparedDataset:
         out=Path(args.out) if getattr(args, "out", None) else None,
         force=getattr(args, "force", False),
         progress=not getattr(args, "quiet", False),
+        inputs=[Path(p) for p in inputs],
     )
 
 
@@ -88,8 +101,16 @@ def _add_data_flags(p: argparse.ArgumentParser, out_help: str | None = None) -> 
     if out_help:
         p.add_argument("--out", required=True, help=out_help)
     else:
-        p.add_argument("--out", help="prepared-dataset directory (default: under the cache)")
-    p.add_argument("--force", action="store_true", help="prepare again even if unchanged")
+        p.add_argument(
+            "--out",
+            help="prepared-dataset directory: new, empty or a prepared dataset (default: under "
+            "the cache)",
+        )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="prepare again even if unchanged; replace a prepared --out or an output file",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -150,7 +171,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         args.set = [*(args.set or []), *extra]
         cfg = _run_config(args)
     _say_short_budget(cfg)
-    return _train(args, cfg, args.data, source={"data": args.data})
+    return _train(args, cfg, args.data, source={"data": args.data}, inputs=[args.data])
 
 
 def cmd_refit(args: argparse.Namespace) -> int:
@@ -159,21 +180,21 @@ def cmd_refit(args: argparse.Namespace) -> int:
         cfg = read_config(Path(args.out))
         data = args.data or _source_data(Path(args.out))
     else:
-        metrics = read_metrics(run)
+        metrics = read_metrics(run, trust=args.trust)
         if metrics is None:
             raise ConfigError(
                 f"{run}: the run has not finished (no {METRICS}); a refit needs the epoch "
                 "its validation chose"
             )
         best = int(metrics["best_epoch"])
-        cfg = refit_config(read_config(run), best)
+        cfg = refit_config(read_config(run, trust=args.trust), best)
         data = args.data or _source_data(run)
         print(
             f"refit of {run}: {cfg.train.max_epochs} epochs (its validation chose epoch {best}) "
             "on the training and validation items; the last state is tested",
             flush=True,
         )
-    return _train(args, cfg, data, source={"data": data, "refit_of": str(run)})
+    return _train(args, cfg, data, source={"data": data, "refit_of": str(run)}, inputs=[data, run])
 
 
 def _source_data(run_dir: Path) -> str:
@@ -184,13 +205,30 @@ def _source_data(run_dir: Path) -> str:
     return str(data)
 
 
-def _train(args: argparse.Namespace, cfg: RunConfig, data: str, source: dict[str, str]) -> int:
-    """Train `cfg` on `data` into --out (or resume it there) and print the test metrics."""
+def _train(
+    args: argparse.Namespace,
+    cfg: RunConfig,
+    data: str,
+    source: dict[str, str],
+    inputs: Sequence[str | Path],
+) -> int:
+    """Train `cfg` on `data` into --out (or resume it there) and print the test metrics; --out
+    may not be or contain any of `inputs`."""
+    inputs = [p for p in inputs if Path(p).exists()]
+    validate(cfg)  # before anything is prepared or written
+    check_run_out(Path(args.out), resume=args.resume, inputs=inputs)
     ds = prepare(
         data, data_cfg=cfg.data, eval_cfg=cfg.eval, force=args.force, progress=not args.quiet
     )
     result = fit(
-        ds, cfg, Path(args.out), resume=args.resume, progress=not args.quiet, source=source
+        ds,
+        cfg,
+        Path(args.out),
+        resume=args.resume,
+        progress=not args.quiet,
+        source=source,
+        inputs=inputs,
+        break_lock=args.break_lock,
     )
     m = result.metrics
     label = run_label(cfg.model, cfg.train.loss)
@@ -224,6 +262,8 @@ def _is_ml1m(ds: PreparedDataset) -> bool:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    if args.save_ranks:
+        check_out_file(Path(args.save_ranks), replace=args.force, inputs=[args.model, args.data])
     protocols_arg = args.protocol
     ks_arg = [int(k) for k in args.k.split(",")] if args.k else None
     scorer: Scorer
@@ -234,9 +274,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         name, device = "pop", "cpu"
     elif Path(args.model).is_dir():
         device = str(resolve_device("auto"))
-        run = load_run(args.model, device=device)
+        run = load_run(args.model, device=device, trust=args.trust)
         cfg = run.config
-        ds = _prepare(args, cfg)
+        ds = _prepare(args, cfg, inputs=[args.model])
         if list(ds.item_ids) != list(run.item_ids):
             raise ConfigError(
                 f"{args.model}: the run was trained on other items than {args.data} gives "
@@ -299,7 +339,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise SeqrecError("compare needs at least two run directories")
     if len({Path(d).resolve() for d in args.runs}) < len(args.runs):
         raise SeqrecError("compare: a run directory is given twice")
-    runs = [load_run(d, device=str(resolve_device("auto"))) for d in args.runs]
+    runs = [load_run(d, device=str(resolve_device("auto")), trust=args.trust) for d in args.runs]
     names = [Path(d).resolve().name for d in args.runs]
     if len(set(names)) < len(names):  # same folder names in different places
         names = [str(d) for d in args.runs]
@@ -361,8 +401,14 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         raise SeqrecError("recommend: give exactly one of --history, --user, --input")
     if args.input and not args.output:
         raise SeqrecError("recommend --input needs --output (a .parquet or .csv file)")
+    if args.output:
+        check_out_file(Path(args.output), replace=args.force, inputs=[args.input, args.run])
     rec = Recommender.from_run(
-        args.run, device=str(resolve_device("auto")), unknown=args.unknown, metadata=args.items
+        args.run,
+        device=str(resolve_device("auto")),
+        unknown=args.unknown,
+        metadata=args.items,
+        trust=args.trust,
     )
     exclude = not args.include_seen
     candidates = _id_list(args.candidates) if args.candidates else None
@@ -416,6 +462,13 @@ def _parse_id(text: str) -> object:
 def cmd_serve(args: argparse.Namespace) -> int:
     from seqrec.serve import ServeOptions, serve
 
+    for flag in ("max_connections", "max_requests_per_connection", "max_history", "max_batch"):
+        if getattr(args, flag) < 1:
+            raise ConfigError(f"--{flag.replace('_', '-')}: expected >= 1")
+    for flag in ("header_timeout", "keep_alive", "timeout"):
+        if not getattr(args, flag) > 0:
+            raise ConfigError(f"--{flag.replace('_', '-')}: expected a positive number of seconds")
+
     api_key = None
     if args.api_key_env:
         api_key = os.environ.get(args.api_key_env)
@@ -428,6 +481,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         api_key=api_key,
         cors_origins=tuple(args.cors_origin),
+        max_connections=args.max_connections,
+        header_timeout=args.header_timeout,
+        keep_alive=args.keep_alive,
+        max_requests=args.max_requests_per_connection,
     )
     serve(
         args.run,
@@ -436,12 +493,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         workers=args.workers,
         unknown=args.unknown,
         options=options,
+        trust=args.trust,
+        insecure=args.insecure,
     )
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    path = export_run(args.run, args.format, args.out)
+    path = export_run(args.run, args.format, args.out, replace=args.force, trust=args.trust)
     print(f"{args.format} -> {path}")
     return 0
 
@@ -457,8 +516,11 @@ def cmd_attention(args: argparse.Namespace) -> int:
     from seqrec.evaluate import pad_histories
     from seqrec.provenance import atomic_write, write_json
 
-    run = load_run(args.run)
-    ds = _prepare(args, run.config)
+    out = Path(args.figure) if args.figure else Path(args.run) / "attention.png"
+    for path in (out, out.with_suffix(".json")):
+        check_out_file(path, replace=args.force, inputs=[args.data])
+    run = load_run(args.run, trust=args.trust)
+    ds = _prepare(args, run.config, inputs=[args.run])
     if list(ds.item_ids) != list(run.item_ids):
         raise ConfigError(
             f"{args.run}: the run was trained on other items than {args.data} gives "
@@ -477,7 +539,6 @@ def cmd_attention(args: argparse.Namespace) -> int:
     max_len = int(run.model.max_len)
     histories = torch.as_tensor(pad_histories(test.histories, rows, max_len))
     maps = attention_maps(run.model, histories, last=args.last)
-    out = Path(args.figure) if args.figure else Path(args.run) / "attention.png"
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         staged = Path(tmp) / out.name
@@ -556,6 +617,7 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
             name="synthetic",
             data_cfg=cfg.data,
             eval_cfg=cfg.eval,
+            replace=True,  # the cache's own folder
         )
     full_budget = cfg.train.time_budget
     cfg = load_config(
@@ -621,6 +683,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_flags(p, out_help="the run directory (created; must be new unless --resume)")
     p.add_argument("--time-budget", metavar="DURATION", help="wall clock for training: 20m, 1h")
     p.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
+    p.add_argument(
+        "--break-lock",
+        action="store_true",
+        help="take the run's lock that a process on another host left (it must have stopped)",
+    )
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser(
@@ -634,6 +701,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="prepare again even if unchanged")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--resume", action="store_true", help="continue the interrupted refit in --out")
+    p.add_argument(
+        "--trust", action="store_true", help="load a run that has no manifest (sha256.json)"
+    )
+    p.add_argument(
+        "--break-lock",
+        action="store_true",
+        help="take the run's lock that a process on another host left (it must have stopped)",
+    )
     p.set_defaults(func=cmd_refit)
 
     p = sub.add_parser("evaluate", help="evaluate a model under full / uni100 / pop100")
@@ -645,6 +720,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", help="comma-separated cut-offs (default 1,5,10)")
     p.add_argument("--save-ranks", metavar="FILE.parquet", help="write every user's rank")
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--trust", action="store_true", help="load a run that has no manifest (sha256.json)"
+    )
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("significance", help="paired t-test and Wilcoxon between two rank files")
@@ -663,6 +741,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", help="comma-separated cut-offs (default 1,5,10)")
     p.add_argument("--metric", default="ndcg@10", help="per-user metric of the paired tests")
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--trust", action="store_true", help="load a run that has no manifest (sha256.json)"
+    )
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("recommend", help="top-k items for a history, a user, or a file of them")
@@ -671,6 +752,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--user", help="a user of the training data")
     p.add_argument("--input", help="a CSV/Parquet log with columns user,item[,timestamp]")
     p.add_argument("--output", help="recommendations file for --input (.parquet or .csv)")
+    p.add_argument("--force", action="store_true", help="replace an existing --output file")
     p.add_argument("-k", type=int, default=10, help="how many items (default 10)")
     p.add_argument("--include-seen", action="store_true", help="keep the history's own items")
     p.add_argument("--candidates", help="rank only these item ids: 1,2,3")
@@ -678,6 +760,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--items", help="item metadata (MovieLens movies.dat) for titles")
     p.add_argument("--json", action="store_true")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument(
+        "--trust", action="store_true", help="load a run that has no manifest (sha256.json)"
+    )
     p.set_defaults(func=cmd_recommend)
 
     p = sub.add_parser("serve", help="serve a run over HTTP (needs the serve extra)")
@@ -694,6 +779,30 @@ def build_parser() -> argparse.ArgumentParser:
         "--api-key-env", metavar="NAME", help="require 'Authorization: Bearer $NAME' (401)"
     )
     p.add_argument("--cors-origin", action="append", default=[], help="allowed origin (none)")
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=1000,
+        help="open connections; one more closes the longest idle (1000)",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a connection has to send a request's headers (10)",
+    )
+    p.add_argument("--keep-alive", type=float, default=5.0, help="idle keep-alive seconds (5)")
+    p.add_argument(
+        "--max-requests-per-connection", type=int, default=1000, help="then it is closed (1000)"
+    )
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a --host other than the loopback without --api-key-env",
+    )
+    p.add_argument(
+        "--trust", action="store_true", help="load a run that has no manifest (sha256.json)"
+    )
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser(
@@ -704,6 +813,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--users", help="comma-separated user ids (default: every test user)")
     p.add_argument("--last", type=int, default=10, help="positions from the end (10)")
     p.add_argument("--figure", help="the PNG (default: attention.png in the run); JSON beside it")
+    p.add_argument(
+        "--trust", action="store_true", help="load a run that has no manifest (sha256.json)"
+    )
     p.set_defaults(func=cmd_attention)
 
     p = sub.add_parser(
@@ -737,6 +849,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", metavar="RUN_DIR")
     p.add_argument("--format", choices=list(FORMATS), default="onnx")
     p.add_argument("--out", help="the file (default: model.onnx / model.ts in the run)")
+    p.add_argument("--force", action="store_true", help="replace an existing --out file")
+    p.add_argument(
+        "--trust", action="store_true", help="load a run that has no manifest (sha256.json)"
+    )
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser(
@@ -752,19 +868,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(err: BaseException, width: int = 1000) -> str:
+    lines = str(err).strip().splitlines()
+    text = " ".join(line.strip() for line in lines) if isinstance(err, SeqrecError) else ""
+    text = text or (lines[0] if lines else type(err).__name__)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except SeqrecError as e:
-        print(f"seqrec: error: {e}", file=sys.stderr)
-        return 2
-    except (ValueError, OSError) as e:
-        # library functions raise ValueError on bad arguments; keep it to one line
-        print(
-            f"seqrec: error: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
-            file=sys.stderr,
-        )
+    except (SeqrecError, ValueError, OSError) as e:
+        # library functions raise ValueError on bad arguments; one line, of a bounded length
+        # whatever the input echoed into it
+        print(f"seqrec: error: {_one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("seqrec: interrupted", file=sys.stderr)

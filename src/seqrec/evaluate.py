@@ -42,6 +42,7 @@ from seqrec.data.candidates import (
 )
 from seqrec.data.preprocess import Sequences, left_pad
 from seqrec.data.split import EvalSet
+from seqrec.errors import DataError
 from seqrec.metrics import DEFAULT_KS, paired_test, summarize
 
 __all__ = [
@@ -202,10 +203,19 @@ def load_ranks(path: Path) -> dict[str, np.ndarray]:
     """protocol -> (E,) ranks, in the file's user order."""
     if not path.exists():
         raise FileNotFoundError(f"{path}: rank file not found")
-    table = pl.read_parquet(path)
-    return {
+    try:
+        table = pl.read_parquet(path)
+    except (pl.exceptions.PolarsError, OSError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise DataError(
+            f"{path}: not a rank file (Parquet from `evaluate --save-ranks`): {first}"
+        ) from None
+    ranks = {
         c.removeprefix("rank_"): table[c].to_numpy() for c in table.columns if c.startswith("rank_")
     }
+    if not ranks:
+        raise DataError(f"{path}: no rank_<protocol> column; not a rank file of seqrec evaluate")
+    return ranks
 
 
 def compare_reports(

@@ -45,7 +45,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from seqrec.checkpoint import CONFIG
+from seqrec.checkpoint import read_config_dict
 from seqrec.config import RunConfig, load_config
 from seqrec.data.prepared import prepare
 from seqrec.errors import ConfigError
@@ -349,7 +349,7 @@ def run_experiment(
                     "train_time_s": metrics["train_time_s"],
                     "cpu_util": metrics.get("cpu_util"),
                     "trained_at": metrics.get("git_commit"),
-                    "config": json.loads((out / CONFIG).read_text()),
+                    "config": read_config_dict(out),
                     "run_dir": str(out),
                 }
             )

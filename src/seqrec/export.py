@@ -11,6 +11,7 @@ and column 0 (padding) is -inf: exactly `model.score`, what evaluation ranks by.
 
 from __future__ import annotations
 
+import io
 import warnings
 from pathlib import Path
 from typing import Literal
@@ -21,6 +22,8 @@ from torch import nn
 from seqrec.checkpoint import load_run
 from seqrec.errors import ConfigError
 from seqrec.models.base import SequenceModel
+from seqrec.outputs import check_out_file
+from seqrec.provenance import atomic_write
 
 __all__ = ["FORMATS", "export_run"]
 
@@ -43,11 +46,18 @@ def export_run(
     run_dir: str | Path,
     fmt: Literal["onnx", "torchscript"] = "onnx",
     out: str | Path | None = None,
+    *,
+    replace: bool = False,
+    trust: bool = False,
 ) -> Path:
-    """Write the run's best model in `fmt`; returns the file (default: inside the run)."""
+    """Write the run's best model in `fmt`; returns the file (default: inside the run, where it
+    is replaced). An `out` elsewhere that exists is replaced only with `replace`; one of the run's
+    own files is refused (seqrec.outputs)."""
     if fmt not in FORMATS:
         raise ConfigError(f"format {fmt!r}: expected one of {', '.join(FORMATS)}")
-    run = load_run(run_dir)
+    path = Path(out) if out else Path(run_dir) / FORMATS[fmt]
+    check_out_file(path, replace=replace)
+    run = load_run(run_dir, trust=trust)
     if fmt == "onnx" and not run.model.onnx_export:
         raise ConfigError(
             f"{run_dir}: torch's ONNX exporter cannot convert a {run.config.model} model; "
@@ -57,23 +67,21 @@ def export_run(
     # a model that reads one item (FPMC) or none (BPR-MF, NCF) still takes (B, L) histories
     max_len = max(int(run.model.max_len), 2)
     example = torch.randint(1, len(run.item_ids) + 1, (2, min(8, max_len)))
-    path = Path(out) if out else Path(run_dir) / FORMATS[fmt]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the exporters' progress chatter and deprecations
-            if fmt == "onnx":
-                _export_onnx(wrapper, example, max_len, tmp)
-            else:
-                torch.jit.trace(wrapper, (example,), check_trace=False).save(str(tmp))
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the exporters' progress chatter and deprecations
+        if fmt == "onnx":
+            data = _export_onnx(wrapper, example, max_len)
+        else:
+            buf = io.BytesIO()
+            torch.jit.save(torch.jit.trace(wrapper, (example,), check_trace=False), buf)
+            data = buf.getvalue()
+    # serialised in memory, written by atomic_write: a full disk is one line naming the file,
+    # never a half-written file (torch's own file writers abort the process on ENOSPC)
+    atomic_write(path, lambda f: f.write(data))
     return path
 
 
-def _export_onnx(model: nn.Module, example: torch.Tensor, max_len: int, path: Path) -> None:
+def _export_onnx(model: nn.Module, example: torch.Tensor, max_len: int) -> bytes:
     try:
         import onnxscript  # noqa: F401  (torch's ONNX exporter needs it)
     except ImportError:
@@ -93,4 +101,4 @@ def _export_onnx(model: nn.Module, example: torch.Tensor, max_len: int, path: Pa
     )
     if program is None:
         raise RuntimeError("torch.onnx.export returned no program")
-    program.save(str(path))
+    return bytes(program.model_proto.SerializeToString())

@@ -18,8 +18,8 @@ Policies (each tested):
 
 from __future__ import annotations
 
-import json
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +30,7 @@ import polars as pl
 import torch
 from tqdm import tqdm
 
-from seqrec.checkpoint import VOCAB, Run, load_run
+from seqrec.checkpoint import Run, load_run, read_vocab
 from seqrec.data.ids import IdCodec
 from seqrec.data.io import read_interactions
 from seqrec.data.prepared import PreparedDataset, load_prepared
@@ -114,17 +114,18 @@ class Recommender:
         unknown: Unknown = "drop",
         metadata: str | Path | None = None,
         bf16: bool = False,
+        trust: bool = False,
     ) -> Recommender:
         """The single load path (`checkpoint.load_run`) plus what recommending needs: the
         training popularity (stored in the run, else recomputed from its prepared data), the
         prepared data when it still exists (for `recommend_user`), and item titles when the
         dataset provides them (ML-1M `movies.dat`) or `metadata` names such a file."""
-        run = load_run(run_dir, device=device)
+        run = load_run(run_dir, device=device, trust=trust)
         prepared = run.source.get("prepared")
         dataset = load_prepared(prepared) if prepared and Path(prepared).exists() else None
         if dataset is not None and list(dataset.item_ids) != list(run.item_ids):
             dataset = None  # prepared again with other settings since: not this run's data
-        vocab = json.loads((Path(run_dir) / VOCAB).read_text())
+        vocab = read_vocab(Path(run_dir), trust=trust)
         if "popularity" in vocab:
             popularity = np.asarray(vocab["popularity"], dtype=np.float32)
         elif dataset is not None:
@@ -232,10 +233,12 @@ class Recommender:
         candidates: Sequence[Any] | None = None,
         progress: bool = False,
         users: Sequence[int] | None = None,
+        deadline: float | None = None,
     ) -> list[list[tuple[Any, float]]]:
         """Top-k for histories already in internal ids. `users`: each history's user index in
         the training data (-1: unknown), for the models with a per-user term; without it every
-        history is taken as anonymous (those models then leave their user term out)."""
+        history is taken as anonymous (those models then leave their user term out).
+        `deadline` (time.monotonic()): past it, a TimeoutError before the next batch."""
         if users is not None and len(users) != len(histories):
             raise ValueError(f"{len(users)} users for {len(histories)} histories")
         if not 1 <= k <= self.n_items:
@@ -249,6 +252,9 @@ class Recommender:
         order = np.argsort([len(h) for h in histories], kind="stable")
         bar = tqdm(total=len(histories), desc="recommend", unit="history", disable=not progress)
         for lo in range(0, len(histories), self.batch_size):
+            if deadline is not None and time.monotonic() > deadline:
+                bar.close()
+                raise TimeoutError(f"stopped after {lo} of {len(histories)} histories")
             rows = order[lo : lo + self.batch_size]
             items, starts, ends = _csr([histories[r] for r in rows])
             user_rows = None if users is None else np.asarray(users, dtype=np.int64)[rows]

@@ -30,20 +30,24 @@ model is loaded once; requests are served concurrently.
 import asyncio
 import dataclasses
 import hmac
+import ipaddress
 import json
 import os
+import time
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from seqrec.errors import ConfigError
 from seqrec.recommender import Recommender, UnknownItemsError
 
-__all__ = ["ServeOptions", "create_app", "serve"]
+__all__ = ["ServeOptions", "check_host", "create_app", "serve", "server_config"]
 
 RUN_ENV = "SEQREC_SERVE_RUN"  # how `--workers N` processes learn what to load
 OPTIONS_ENV = "SEQREC_SERVE_OPTIONS"  # ... and with which options (JSON)
 UNKNOWN_ENV = "SEQREC_SERVE_UNKNOWN"
+TRUST_ENV = "SEQREC_SERVE_TRUST"  # "1": load a run without a manifest
 
 
 @dataclass(frozen=True)
@@ -56,14 +60,28 @@ class ServeOptions:
     timeout: float = 10.0  # seconds a request may run before it gets 504
     api_key: str | None = None  # bearer token every endpoint but /health and /ready needs
     cors_origins: tuple[str, ...] = ()  # none: CORS closed
+    # the connection layer (seqrec.http_guard): open connections (one more evicts the longest
+    # idle), seconds to complete a request's headers, keep-alive seconds, requests per connection
+    max_connections: int = 1000
+    header_timeout: float = 10.0
+    keep_alive: float = 5.0
+    max_requests: int = 1000
 
 
 _OPEN = ("/health", "/ready")  # answered without a token: what probes call
 
 
+# When the request being served must be answered (time.monotonic()); the endpoints pass it to
+# the recommender, which stops between its batches once it has passed: a request that got its
+# 504 does not go on computing behind it.
+_DEADLINE: ContextVar[float | None] = ContextVar("seqrec_request_deadline", default=None)
+
+
 class _Guard:
     """ASGI middleware: the bearer token, the body-size cap and the per-request timeout,
-    answered as JSON before (or instead of) the app."""
+    answered as JSON before (or instead of) the app. The body is read here, whole and within
+    the cap and the timeout, before the app sees it: a body over the cap is a 413 whether its
+    length was announced or it came in chunks."""
 
     def __init__(self, app: Any, options: ServeOptions) -> None:
         self.app, self.options = app, options
@@ -82,24 +100,38 @@ class _Guard:
         length = headers.get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > o.max_body):
             return await _json(send, 413, f"request body over {o.max_body} bytes")
-        received, started = 0, False
-
-        async def limited_receive() -> Any:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > o.max_body:
-                    raise _TooLarge
-            return message
+        started = False
 
         async def tracking_send(message: Any) -> None:
             nonlocal started
             started = started or message["type"] == "http.response.start"
             await send(message)
 
+        async def handle() -> None:
+            body = bytearray()
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return  # the client went away
+                body += message.get("body", b"")
+                if len(body) > o.max_body:
+                    raise _TooLarge
+                if not message.get("more_body"):
+                    break
+            replayed = False
+
+            async def replay() -> Any:
+                nonlocal replayed
+                if not replayed:
+                    replayed = True
+                    return {"type": "http.request", "body": bytes(body), "more_body": False}
+                return await receive()
+
+            await self.app(scope, replay, tracking_send)
+
+        _DEADLINE.set(time.monotonic() + o.timeout)
         try:
-            await asyncio.wait_for(self.app(scope, limited_receive, tracking_send), o.timeout)
+            await asyncio.wait_for(handle(), o.timeout)
         except _TooLarge:
             if not started:
                 await _json(send, 413, f"request body over {o.max_body} bytes")
@@ -149,7 +181,13 @@ def create_app(
 
     from seqrec import __version__
 
-    Item = int | str
+    def text(value: str) -> str:
+        # a lone surrogate ("\ud800") is valid JSON but no text: refused here (422), not a
+        # failure when the answer is encoded
+        value.encode("utf-8")
+        return value
+
+    Item = int | Annotated[str, pydantic.AfterValidator(text)]
     n_items = rec.n_items
 
     class RecommendRequest(pydantic.BaseModel):
@@ -183,6 +221,12 @@ def create_app(
         # echo (a body of Infinity or NaN)
         errors = [{k: e[k] for k in ("loc", "msg", "type") if k in e} for e in exc.errors()]
         return JSONResponse({"detail": errors}, status_code=422)
+
+    @app.exception_handler(TimeoutError)
+    async def late(request: Any, exc: Exception) -> Any:
+        # the recommender stopped at the request's deadline (the guard's 504, reached first)
+        detail = f"the request took longer than {opts.timeout:g} s"
+        return JSONResponse({"detail": detail}, status_code=504)
 
     @app.exception_handler(Exception)
     async def internal_error(request: Any, exc: Exception) -> Any:
@@ -247,6 +291,7 @@ def create_app(
                 req.exclude_seen,
                 candidates=req.candidates,
                 users=None if row is None else [row],
+                deadline=_DEADLINE.get(),
             )
         except UnknownItemsError as e:  # among the candidates
             raise fastapi.HTTPException(422, f"candidates: {e}") from None
@@ -260,7 +305,9 @@ def create_app(
         for h in req.histories:
             check_length(h)
         encoded = [encode(h) for h in req.histories]
-        recs = rec.recommend_encoded([e.ids for e in encoded], req.k, req.exclude_seen)
+        recs = rec.recommend_encoded(
+            [e.ids for e in encoded], req.k, req.exclude_seen, deadline=_DEADLINE.get()
+        )
         return {
             "results": [
                 {"items": items(r), "dropped": e.unknown}
@@ -276,10 +323,60 @@ def app_from_env() -> Any:
     run = os.environ.get(RUN_ENV)
     if not run:
         raise ConfigError(f"{RUN_ENV} is not set")
-    rec = Recommender.from_run(run, unknown=os.environ.get(UNKNOWN_ENV, "drop"))  # type: ignore[arg-type]
+    rec = Recommender.from_run(
+        run,
+        unknown=os.environ.get(UNKNOWN_ENV, "drop"),  # type: ignore[arg-type]
+        trust=bool(os.environ.get(TRUST_ENV)),
+    )
     raw = json.loads(os.environ.get(OPTIONS_ENV, "{}"))
     raw["cors_origins"] = tuple(raw.get("cors_origins", ()))
-    return create_app(rec, ServeOptions(**raw))
+    options = ServeOptions(**raw)
+    _set_connection_limits(options)
+    return create_app(rec, options)
+
+
+def _set_connection_limits(options: ServeOptions) -> None:
+    from seqrec.http_guard import ConnectionLimits, set_limits
+
+    set_limits(
+        ConnectionLimits(
+            max_connections=options.max_connections,
+            header_timeout=options.header_timeout,
+            keep_alive=options.keep_alive,
+            max_requests=options.max_requests,
+        )
+    )
+
+
+def server_config(app: Any, options: ServeOptions, **kwargs: Any) -> Any:
+    """The uvicorn config seqrec serves with: its guarded h11 protocol (seqrec.http_guard) with
+    `options`' connection limits, and uvicorn's keep-alive timer."""
+    _, _, uvicorn = _imports()
+    from seqrec.http_guard import GuardedH11Protocol
+
+    _set_connection_limits(options)
+    return uvicorn.Config(
+        app, http=GuardedH11Protocol, timeout_keep_alive=options.keep_alive, **kwargs
+    )
+
+
+def check_host(host: str, options: ServeOptions, insecure: bool) -> None:
+    """A server reachable from other machines needs a token unless told otherwise."""
+    if options.api_key is not None or insecure or _loopback(host):
+        return
+    raise ConfigError(
+        f"--host {host}: reachable from other machines, and no --api-key-env names a token; "
+        "give one, or --insecure to serve without"
+    )
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
 
 
 def serve(
@@ -291,14 +388,21 @@ def serve(
     unknown: str = "drop",
     options: ServeOptions | None = None,
     log_level: str = "info",
+    trust: bool = False,
+    insecure: bool = False,
 ) -> None:
     """Load the run once (per worker process) and serve it until interrupted (SIGINT/SIGTERM:
-    in-flight requests finish first)."""
+    in-flight requests finish first). A `host` other than the loopback needs a token in
+    `options` unless `insecure`."""
     _, _, uvicorn = _imports()
+    from seqrec.http_guard import GuardedH11Protocol
+
     options = options or ServeOptions()
+    check_host(host, options, insecure)
     if workers > 1:  # each process loads the run itself
         os.environ[RUN_ENV] = str(Path(run_dir).resolve())
         os.environ[UNKNOWN_ENV] = unknown
+        os.environ[TRUST_ENV] = "1" if trust else ""
         os.environ[OPTIONS_ENV] = json.dumps(dataclasses.asdict(options))
         uvicorn.run(
             "seqrec.serve:app_from_env",
@@ -307,7 +411,12 @@ def serve(
             port=port,
             workers=workers,
             log_level=log_level,
+            http=GuardedH11Protocol,
+            timeout_keep_alive=options.keep_alive,
         )
         return
-    rec = Recommender.from_run(run_dir, unknown=unknown)  # type: ignore[arg-type]
-    uvicorn.run(create_app(rec, options), host=host, port=port, log_level=log_level)
+    rec = Recommender.from_run(run_dir, unknown=unknown, trust=trust)  # type: ignore[arg-type]
+    config = server_config(
+        create_app(rec, options), options, host=host, port=port, log_level=log_level
+    )
+    uvicorn.Server(config).run()

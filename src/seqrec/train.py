@@ -17,7 +17,7 @@ import math
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from seqrec.config import (
     parse_duration,
     speed_tiers,
 )
+from seqrec.config import validate as validate_config
 from seqrec.data.batches import Batch
 from seqrec.data.prepared import PreparedDataset
 from seqrec.errors import ConfigError, TrainingError
@@ -42,6 +43,7 @@ from seqrec.evaluate import PROTOCOLS, parse_protocols
 from seqrec.losses import SHARED_NEGATIVE_LOSSES, LossSpec, full_cross_entropy, model_loss
 from seqrec.metrics import metric_names
 from seqrec.models.base import Sampler, SequenceModel
+from seqrec.outputs import check_out_dir
 from seqrec.provenance import atomic_write, cpu_flags, git_commit, git_diff, machine
 from seqrec.registry import entry
 
@@ -296,12 +298,30 @@ def fit(
     resume: bool = False,
     progress: bool = True,
     source: dict[str, Any] | None = None,
+    inputs: Sequence[str | Path] = (),
+    break_lock: bool = False,
 ) -> FitResult:
     """Train `cfg.model` on `ds`; the run directory `out` receives everything (see checkpoint).
-    One training at a time holds the directory (`checkpoint.run_lock`)."""
+    One training at a time holds the directory (`checkpoint.run_lock`). `out` must be new or
+    empty (a run directory with `resume`), and may not be or contain the prepared data or any of
+    `inputs` (the source file, a run it refits). `break_lock` takes a lock that another host's
+    process left (checkpoint.run_lock)."""
     run_dir = Path(out)
-    with ckpt.run_lock(run_dir):
+    if not resume:
+        validate_config(cfg)  # every value in range before anything is written
+    check_run_out(run_dir, resume=resume, inputs=[ds.path, *inputs])
+    with ckpt.run_lock(run_dir, break_lock=break_lock):
         return _fit(ds, cfg, run_dir, resume=resume, progress=progress, source=source)
+
+
+def check_run_out(out: Path, *, resume: bool, inputs: Sequence[str | Path] = ()) -> None:
+    """A new run's directory must be new or empty and may not be or contain any of `inputs`
+    (seqrec.outputs); one line otherwise. A resumed run's is checked when it is opened."""
+    if not resume and check_out_dir(out, "run", inputs=inputs):
+        raise ConfigError(
+            f"{out}: already holds files of a run; choose a new --out, or --resume an "
+            "unfinished run"
+        )
 
 
 def train_or_reuse(
@@ -355,7 +375,7 @@ def _fit(
         )
     # what it trains, and what config.json records (an epochs tier times this machine first)
     measuring = bool(speed_tiers(cfg))  # never for a resumed run: its config.json decided
-    cfg = apply_short_budget(cfg, lambda base: epochs_bought(ds, base))
+    cfg = validate_config(apply_short_budget(cfg, lambda base: epochs_bought(ds, base)))
     if measuring and progress:
         tqdm.write(_decided(cfg), file=sys.stderr)
     t = cfg.train
@@ -388,21 +408,23 @@ def _fit(
     commit = state["git_commit"] if state and "git_commit" in state else git_commit()
     if state is None:
         run_dir.mkdir(parents=True, exist_ok=True)
-        ckpt.write_json(
-            run_dir / ckpt.CONFIG,
+        ckpt.write_run_json(
+            run_dir,
+            ckpt.CONFIG,
             {**cfg.to_dict(), "source": {**(source or {}), "prepared": str(ds.path)}},
         )
         train_items = ds.split.training(t.train_on).items
         popularity = np.bincount(train_items, minlength=ds.n_items + 1).tolist()
         # the training popularity: the ranking a recommender gives an empty history
-        ckpt.write_json(
-            run_dir / ckpt.VOCAB,
+        ckpt.write_run_json(
+            run_dir,
+            ckpt.VOCAB,
             {"items": ds.item_ids, "popularity": popularity, "n_users": ds.n_users},
         )
         diff = git_diff()
         if diff:  # the run's numbers stay traceable to its uncommitted code
             atomic_write(run_dir / ckpt.CODE_DIFF, lambda f: f.write(diff.encode()))
-    elif json.loads((run_dir / ckpt.VOCAB).read_text())["items"] != ds.item_ids:
+    elif ckpt.read_vocab(run_dir)["items"] != ds.item_ids:
         raise ConfigError(f"{run_dir}: the run was trained on another dataset's items")
 
     training = setup(
@@ -624,7 +646,7 @@ def _fit(
         }
     )
     ckpt.save_weights(run_dir, ckpt.WEIGHTS, model.state_dict())
-    ckpt.write_json(run_dir / ckpt.METRICS, metrics)
+    ckpt.write_run_json(run_dir, ckpt.METRICS, metrics)
     return FitResult(run_dir, model, metrics)
 
 
@@ -773,7 +795,7 @@ def _warm_start(model: SequenceModel, source: Path, cfg: RunConfig, ds: Prepared
     ]
     if diff:
         raise ConfigError(f"{where}: another model shape ({', '.join(diff)})")
-    if json.loads((source / ckpt.VOCAB).read_text())["items"] != ds.item_ids:
+    if ckpt.read_vocab(source)["items"] != ds.item_ids:
         raise ConfigError(f"{where}: the run was trained on another dataset's items")
     try:
         model.load_state_dict(ckpt.load_run(source).model.state_dict())

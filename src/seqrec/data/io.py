@@ -18,12 +18,18 @@ import ast
 import gzip
 import io
 import json
+import os
 import re
+import stat
 import zlib
 from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, fields
 from datetime import date
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import polars as pl
 from tqdm import tqdm
 
@@ -32,6 +38,7 @@ from seqrec.errors import DataError
 __all__ = [
     "FORMATS",
     "INTERACTION_COLUMNS",
+    "ReadLimits",
     "detect_format",
     "read_amazon_csv",
     "read_amazon_json",
@@ -49,18 +56,141 @@ INTERACTION_COLUMNS = ("user", "item", "timestamp", "line")
 # --------------------------------------------------------------------------------------- helpers
 
 
-def _read_bytes(path: Path) -> bytes:
-    """The file's content, gunzipped when it starts with the gzip magic; never empty."""
-    if not path.exists():
-        raise DataError(f"{path}: file not found")
-    if path.is_dir():
+@dataclass(frozen=True)
+class ReadLimits:
+    """What a reader accepts before it stops with one `DataError` line, so that no input (a
+    gzip bomb, `/dev/zero`, a megabyte-long line) can take memory beyond a bound set here. The
+    defaults are generous for interaction logs (ML-20M's ratings.csv is 0.5 GB); each can be
+    raised per call (`read_interactions(..., limits=...)`) or by its environment variable.
+
+    max_bytes       input bytes after decompression (SEQREC_MAX_INPUT_BYTES, default 2 GiB)
+    max_ratio       gzip output / input size beyond the first 64 MiB (SEQREC_MAX_GZIP_RATIO,
+                    default 100; text logs compress 3-10 times)
+    max_line_bytes  one line (SEQREC_MAX_LINE_BYTES, default 1 MiB)
+    max_fields      fields of a delimited file's first line (SEQREC_MAX_FIELDS, default 1,000)
+    max_rows        rows of a Parquet file (SEQREC_MAX_ROWS, default 200 million)
+    """
+
+    max_bytes: int = 2 << 30
+    max_ratio: float = 100.0
+    max_line_bytes: int = 1 << 20
+    max_fields: int = 1_000
+    max_rows: int = 200_000_000
+
+    @classmethod
+    def from_env(cls) -> ReadLimits:
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            name = f"SEQREC_{f.name.upper()}".replace("MAX_BYTES", "MAX_INPUT_BYTES")
+            name = name.replace("MAX_RATIO", "MAX_GZIP_RATIO")
+            text = os.environ.get(name)
+            if text is None:
+                continue
+            try:
+                value = float(text) if f.name == "max_ratio" else int(text)
+            except ValueError:
+                raise DataError(f"${name}={text!r}: expected a number") from None
+            if value <= 0:
+                raise DataError(f"${name}={text!r}: expected a positive number")
+            values[f.name] = value
+        return cls(**values)
+
+
+_LIMITS: ContextVar[ReadLimits | None] = ContextVar("seqrec_read_limits", default=None)
+_GZIP_FREE = 64 << 20  # decompressed bytes allowed whatever the ratio
+_CHUNK = 4 << 20
+
+
+def _limits() -> ReadLimits:
+    return _LIMITS.get() or ReadLimits.from_env()
+
+
+def _shown(value: object, width: int = 60) -> str:
+    """A field's value for an error line: its repr, cut to `width` characters."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _check_file(path: Path) -> int:
+    """The size of a regular file; one line for anything else (checked before it is opened: a
+    FIFO would block, /dev/zero never ends)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise DataError(f"{path}: file not found") from None
+    except OSError as e:
+        raise DataError(f"{path}: cannot be read ({e.strerror})") from None
+    if stat.S_ISDIR(st.st_mode):
         raise DataError(f"{path}: is a directory, expected a data file")
-    raw = path.read_bytes()
-    if raw[:2] == b"\x1f\x8b":
+    if not stat.S_ISREG(st.st_mode):
+        raise DataError(f"{path}: not a regular file (a device, FIFO or socket); expected a file")
+    return st.st_size
+
+
+class _LineCheck:
+    """Follows the line lengths of a stream of chunks (\n or \r end a line)."""
+
+    def __init__(self, path: Path, limit: int) -> None:
+        self.path, self.limit, self.open, self.offset = path, limit, 0, 0
+
+    def feed(self, chunk: bytes) -> None:
+        arr = np.frombuffer(chunk, dtype=np.uint8)
+        ends = np.flatnonzero((arr == 10) | (arr == 13))
+        if ends.size == 0:
+            longest, self.open = self.open + len(chunk), self.open + len(chunk)
+        else:
+            inner = int(np.diff(ends).max()) - 1 if ends.size > 1 else 0
+            longest = max(self.open + int(ends[0]), inner)
+            self.open = len(chunk) - int(ends[-1]) - 1
+        if max(longest, self.open) > self.limit:
+            raise DataError(
+                f"{self.path}: a line longer than {self.limit:,} bytes (before byte "
+                f"{self.offset + len(chunk):,}); not an interaction log? "
+                "(SEQREC_MAX_LINE_BYTES raises the limit)"
+            )
+        self.offset += len(chunk)
+
+
+def _read_bytes(path: Path) -> bytes:
+    """The file's content, gunzipped when it starts with the gzip magic; never empty. Read in
+    chunks within `ReadLimits`: a file or a decompression that passes one stops there with one
+    line, before more is read."""
+    limits = _limits()
+    size = _check_file(path)
+    lines = _LineCheck(path, limits.max_line_bytes)
+    chunks: list[bytes] = []
+    total = 0
+    with path.open("rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+        f.seek(0)
+        if gz:
+            cap = min(limits.max_bytes, max(_GZIP_FREE, int(limits.max_ratio * size)))
+            stream: Any = gzip.GzipFile(fileobj=f)
+        else:
+            if size > limits.max_bytes:
+                raise DataError(
+                    f"{path}: {size:,} bytes, over the {limits.max_bytes:,} a reader takes "
+                    "(SEQREC_MAX_INPUT_BYTES raises the limit)"
+                )
+            cap, stream = limits.max_bytes, f
         try:
-            raw = gzip.decompress(raw)
+            while chunk := stream.read(_CHUNK):
+                total += len(chunk)
+                if total > cap:
+                    why = (
+                        f"more than {limits.max_ratio:g} times its {size:,} bytes (a gzip bomb?); "
+                        "SEQREC_MAX_GZIP_RATIO"
+                        if cap < limits.max_bytes
+                        else f"over {limits.max_bytes:,} bytes; SEQREC_MAX_INPUT_BYTES"
+                    )
+                    raise DataError(f"{path}: decompresses to {why} raises the limit")
+                lines.feed(chunk)
+                chunks.append(chunk)
         except (EOFError, OSError, zlib.error) as e:
-            raise DataError(f"{path}: truncated or corrupt gzip file ({e})") from None
+            what = "truncated or corrupt gzip file" if gz else "could not be read"
+            raise DataError(f"{path}: {what} ({_shown(str(e), 120)[1:-1]})") from None
+    raw = b"".join(chunks)
+    del chunks
     if not raw.strip():
         raise DataError(f"{path}: empty file, expected interaction records")
     return raw
@@ -78,6 +208,13 @@ def _csv_strings(
     """Read a delimited file (or its already-read `raw` bytes) with every column as a string;
     types are checked afterwards."""
     raw = _read_bytes(path) if raw is None else raw
+    limit = _limits().max_fields
+    head = raw[: raw.find(b"\n")] if b"\n" in raw else raw
+    if head.count(separator.encode()) >= limit:
+        raise DataError(
+            f"{path}: more than {limit:,} fields in its first line, expected {expected} "
+            "(SEQREC_MAX_FIELDS raises the limit)"
+        )
     try:
         df = pl.read_csv(
             io.BytesIO(raw),
@@ -88,7 +225,7 @@ def _csv_strings(
         )
     except (pl.exceptions.PolarsError, UnicodeDecodeError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise DataError(f"{path}: could not parse as {expected} ({first})") from None
+        raise DataError(f"{path}: could not parse as {expected} ({first[:200]})") from None
     if n_fields is not None and df.width != n_fields:
         raise DataError(f"{path}: found {df.width} field(s) per line, expected {expected}")
     if df.height == 0:
@@ -105,7 +242,7 @@ def _to_int(df: pl.DataFrame, column: str, path: Path, field: str, first_line: i
         row = int(bad.arg_max() or 0)
         value = src[row]
         raise DataError(
-            f"{path}:{row + first_line}: {field} {value!r} is not an integer"
+            f"{path}:{row + first_line}: {field} {_shown(value)} is not an integer"
             if value is not None
             else f"{path}:{row + first_line}: missing {field}"
         )
@@ -251,7 +388,7 @@ def read_steam_reviews(path: str | Path, *, progress: bool = True) -> pl.DataFra
                 raise DataError(f"{path}:{n}: missing field {f!r}")
         d = str(rec["date"])
         if not _STEAM_DATE.match(d):
-            raise DataError(f"{path}:{n}: date {d!r} is not YYYY-MM-DD")
+            raise DataError(f"{path}:{n}: date {_shown(d)} is not YYYY-MM-DD")
         users.append(str(rec["username"]))
         items.append(str(rec["product_id"]))
         times.append((date.fromisoformat(d) - epoch).days * 86_400)
@@ -300,19 +437,7 @@ def read_table(
     path = Path(path)
     wanted = [c for c in (user_col, item_col, time_col) if c is not None]
     if path.suffix == ".parquet":
-        if not path.exists():
-            raise DataError(f"{path}: file not found")
-        try:
-            df = pl.read_parquet(path)
-        except (pl.exceptions.PolarsError, OSError) as e:
-            first = str(e).strip().splitlines()[0]
-            raise DataError(f"{path}: could not read as Parquet ({first})") from None
-        missing = [c for c in wanted if c not in df.columns]
-        if missing:
-            raise DataError(
-                f"{path}: missing column(s) {', '.join(missing)}; has {', '.join(df.columns)}"
-            )
-        df = df.select(wanted)
+        df = _read_parquet(path, wanted)
         if df.height == 0:
             raise DataError(f"{path}: no records")
         df = df.with_columns(pl.col(c).cast(pl.String) for c in wanted if df[c].dtype != pl.String)
@@ -335,6 +460,34 @@ def read_table(
     return _frame(user, item, ts)
 
 
+def _read_parquet(path: Path, wanted: list[str]) -> pl.DataFrame:
+    """The `wanted` columns of a Parquet file, its size and row count checked against
+    `ReadLimits` from its footer before any column is read."""
+    limits = _limits()
+    size = _check_file(path)
+    if size > limits.max_bytes:
+        raise DataError(
+            f"{path}: {size:,} bytes, over the {limits.max_bytes:,} a reader takes "
+            "(SEQREC_MAX_INPUT_BYTES raises the limit)"
+        )
+    try:
+        schema = pl.read_parquet_schema(path)
+        missing = [c for c in wanted if c not in schema]
+        if missing:
+            shown = ", ".join(list(schema)[:20]) + (", ..." if len(schema) > 20 else "")
+            raise DataError(f"{path}: missing column(s) {', '.join(missing)}; has {shown}")
+        rows = int(pl.scan_parquet(path).select(pl.len()).collect().item())
+        if rows > limits.max_rows:
+            raise DataError(
+                f"{path}: {rows:,} rows, over the {limits.max_rows:,} a reader takes "
+                "(SEQREC_MAX_ROWS raises the limit)"
+            )
+        return pl.read_parquet(path, columns=wanted)
+    except (pl.exceptions.PolarsError, OSError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise DataError(f"{path}: could not read as Parquet ({first})") from None
+
+
 def _timestamp_column(df: pl.DataFrame, column: str, path: Path, first_line: int) -> pl.Series:
     src = df.get_column(column).str.strip_chars()
     if src.is_null().any() or (src == "").any():
@@ -351,7 +504,7 @@ def _timestamp_column(df: pl.DataFrame, column: str, path: Path, first_line: int
         return (as_dt.dt.epoch("s")).alias(column)
     row = int((as_int.is_null() & as_dt.is_null()).arg_max() or 0)
     raise DataError(
-        f"{path}:{row + first_line}: {column} {src[row]!r} is neither an integer "
+        f"{path}:{row + first_line}: {column} {_shown(src[row])} is neither an integer "
         "nor an ISO datetime"
     )
 
@@ -406,11 +559,26 @@ def read_interactions(
     item_col: str = "item",
     time_col: str | None = "timestamp",
     separator: str = ",",
+    limits: ReadLimits | None = None,
 ) -> pl.DataFrame:
     """Read any supported file into the interactions table (format from the name unless given).
 
-    The column options apply to the generic `csv` and `parquet` formats only.
+    The column options apply to the generic `csv` and `parquet` formats only. `limits` bound
+    what the reader takes (default: `ReadLimits.from_env()`).
     """
+    if limits is not None:
+        token = _LIMITS.set(limits)
+        try:
+            return read_interactions(
+                path,
+                fmt,
+                user_col=user_col,
+                item_col=item_col,
+                time_col=time_col,
+                separator=separator,
+            )
+        finally:
+            _LIMITS.reset(token)
     path = Path(path)
     fmt = fmt or detect_format(path)
     if fmt not in FORMATS:

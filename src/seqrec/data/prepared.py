@@ -42,8 +42,9 @@ from seqrec.data.preprocess import (
 )
 from seqrec.data.settings import DataConfig, EvalConfig
 from seqrec.data.split import LeaveOneOut, Split, leave_one_out
-from seqrec.errors import DataError
+from seqrec.errors import ConfigError, DataError
 from seqrec.metrics import DEFAULT_KS
+from seqrec.outputs import check_out_dir
 
 if TYPE_CHECKING:
     from seqrec.evaluate import EvalReport, Scorer
@@ -202,22 +203,31 @@ def prepare(
     out: Path | None = None,
     force: bool = False,
     progress: bool = True,
+    inputs: Sequence[Path | str] = (),
 ) -> PreparedDataset:
     """Read, preprocess, split and sample candidates for a dataset name or file; reuse the
-    prepared directory when the source file and every setting are unchanged."""
+    prepared directory when the source file and every setting are unchanged.
+
+    `out` (default: a folder of the cache named by the source and settings) must be new, empty
+    or a prepared dataset; one prepared from another source or settings is replaced only with
+    `force`. It may not be or contain the source file or any of `inputs` (paths the caller
+    reads, such as a run directory). Refusals are one ConfigError line, before anything is
+    read."""
     data_cfg = data_cfg or DataConfig()
     eval_cfg = eval_cfg or EvalConfig()
     source, fmt = resolve_source(str(data), data_cfg.format, progress=progress)
     key = {"source": _fingerprint(source), **_settings(data_cfg, eval_cfg)}
     name = str(data) if str(data) in download.DATASETS else _dataset_name(source)
+    cached = out is None  # the cache's own folder, named by the key: seqrec's to replace
     out = out or _default_dir(name, key)
-    if not force and (out / "manifest.json").exists():
-        try:
-            manifest = json.loads((out / "manifest.json").read_text())
-        except json.JSONDecodeError:
-            manifest = {}
-        if manifest.get("key") == key:
+    if check_out_dir(out, "prepared", inputs=[source, *inputs]) and not force:
+        if _manifest_key(out) == key:
             return load_prepared(out)
+        if not cached:
+            raise ConfigError(
+                f"--out {out}: holds a dataset prepared from another source or settings; "
+                "--force replaces it"
+            )
     df = read_interactions(
         source,
         fmt,
@@ -232,8 +242,22 @@ def prepare(
     if fmt in PUBLISHED_FORMATS and unset:
         _note_unfiltered(source, df)
     return prepare_frame(
-        df, out, name=name, key=key, data_cfg=data_cfg, eval_cfg=eval_cfg, kcore=kcore
+        df,
+        out,
+        name=name,
+        key=key,
+        data_cfg=data_cfg,
+        eval_cfg=eval_cfg,
+        kcore=kcore,
+        replace=True,  # checked above
     )
+
+
+def _manifest_key(path: Path) -> Any:
+    try:
+        return json.loads((path / "manifest.json").read_text()).get("key")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def prepare_frame(
@@ -245,9 +269,14 @@ def prepare_frame(
     data_cfg: DataConfig | None = None,
     eval_cfg: EvalConfig | None = None,
     kcore: tuple[int, int] | None = None,
+    replace: bool = False,
 ) -> PreparedDataset:
     """Prepare an in-memory interactions table (e.g. synthetic data) into `out`; `kcore`
-    (users, items) defaults to the configured thresholds, 5 where unset."""
+    (users, items) defaults to the configured thresholds, 5 where unset. `out` must be new,
+    empty or (with `replace`) a prepared dataset (seqrec.outputs)."""
+    out = Path(out)
+    if check_out_dir(out, "prepared") and not replace:
+        raise ConfigError(f"{out}: holds a prepared dataset; replace=True replaces it")
     data_cfg = data_cfg or DataConfig()
     eval_cfg = eval_cfg or EvalConfig()
     key = key or {"source": {"in_memory": name}, **_settings(data_cfg, eval_cfg)}
@@ -305,13 +334,15 @@ def _write_atomically(
             arrays: dict[str, Any] = {k: v.astype(np.int32) for k, v in negatives.items()}
             np.savez(f, **arrays)
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        if out.exists():
+        if out.exists() and any(out.iterdir()):
+            # only a prepared dataset is ever replaced (checked again: nothing was added to it)
+            check_out_dir(out, "prepared")
             old = out.with_name(f".{out.name}.old-{os.getpid()}")
             os.replace(out, old)
             os.replace(tmp, out)
             shutil.rmtree(old, ignore_errors=True)
         else:
-            os.replace(tmp, out)
+            os.replace(tmp, out)  # a new name, or an empty directory's
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
