@@ -63,6 +63,7 @@ __all__ = [
     "read_vocab",
     "run_lock",
     "save_weights",
+    "shape_mismatch",
     "write_json",
     "write_run_json",
 ]
@@ -464,18 +465,24 @@ def _shaped_model(cfg: RunConfig, n_items: int, n_users: int, where: Path) -> Se
     return model
 
 
+def shape_mismatch(state: dict[str, torch.Tensor], model: torch.nn.Module) -> str | None:
+    """The first tensor of `state` that `model` does not hold in that shape, as
+    "key: (shape) given, (shape) expected"; None when they fit."""
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    got = {k: tuple(v.shape) for k, v in state.items()}
+    if expected == got:
+        return None
+    key = next(k for k in sorted(expected.keys() | got.keys()) if expected.get(k) != got.get(k))
+    return f"{key}: {got.get(key, 'missing')} given, {expected.get(key, 'none')} expected"
+
+
 def _check_state(state: Any, shaped: SequenceModel, where: Path) -> None:
     """The weights must be the tensors the config's model holds, shape for shape."""
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise RunError(f"{where}: damaged (not a model's weights)")
-    expected = {k: tuple(v.shape) for k, v in shaped.state_dict().items()}
-    got = {k: tuple(v.shape) for k, v in state.items()}
-    if expected != got:
-        key = next(k for k in sorted(expected.keys() | got.keys()) if expected.get(k) != got.get(k))
-        raise RunError(
-            f"{where}: the weights do not fit the run's config ({key}: "
-            f"{got.get(key, 'missing')} in the file, {expected.get(key, 'none')} expected)"
-        )
+    mismatch = shape_mismatch(state, shaped)
+    if mismatch:
+        raise RunError(f"{where}: the weights do not fit the run's config ({mismatch})")
 
 
 def load_run(

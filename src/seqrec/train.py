@@ -307,8 +307,12 @@ def fit(
     `inputs` (the source file, a run it refits). `break_lock` takes a lock that another host's
     process left (checkpoint.run_lock)."""
     run_dir = Path(out)
-    if not resume:
-        validate_config(cfg)  # every value in range before anything is written
+    if not resume:  # every value in range, the run to start from fitting, before any file
+        validate_config(cfg)
+        if cfg.train.init_from:
+            with torch.device("meta"):
+                shaped = ckpt.build_model(cfg, ds.n_items, ds.n_users)
+            _init_state(shaped, Path(cfg.train.init_from), cfg, ds)
     check_run_out(run_dir, resume=resume, inputs=[ds.path, *inputs])
     with ckpt.run_lock(run_dir, break_lock=break_lock):
         return _fit(ds, cfg, run_dir, resume=resume, progress=progress, source=source)
@@ -780,28 +784,34 @@ def _decided(cfg: RunConfig) -> str:
 
 
 def _warm_start(model: SequenceModel, source: Path, cfg: RunConfig, ds: PreparedDataset) -> None:
-    """Load the best weights of the run in `source` into `model` (train.init_from), after
-    checking that they fit `cfg`'s model and `ds`'s items."""
+    """Load the best weights of the run in `source` into `model` (train.init_from)."""
+    model.load_state_dict(_init_state(model, source, cfg, ds))
+
+
+def _init_state(
+    model: torch.nn.Module, source: Path, cfg: RunConfig, ds: PreparedDataset
+) -> dict[str, torch.Tensor]:
+    """The best weights of the run in `source` (train.init_from), checked to be a run of the
+    same model on `ds`'s items, shape for shape with `model` (which may be on the meta device:
+    `fit` checks before it writes anything)."""
     where = f"train.init_from {source}"
-    src_cfg = ckpt.read_config(source)
-    if src_cfg.model != cfg.model:
-        raise ConfigError(f"{where}: a {src_cfg.model} run; expected a {cfg.model} run")
-    mine, theirs = getattr(cfg, cfg.model), getattr(src_cfg, cfg.model)
-    shape = ("max_len", "d_model", "n_layers", "n_heads")
+    run = ckpt.load_run(source)  # verified: manifest, ranges, its own weights' shapes
+    if run.config.model != cfg.model:
+        raise ConfigError(f"{where}: a {run.config.model} run; expected a {cfg.model} run")
+    if list(run.item_ids) != list(ds.item_ids):
+        raise ConfigError(f"{where}: the run was trained on another dataset's items")
+    # the architecture section's size keys, where the model has them, said as configured
+    mine, theirs = cfg.sections[0][1], run.config.sections[0][1]
     diff = [
         f"{k} {getattr(theirs, k)} vs {getattr(mine, k)}"
-        for k in shape
-        if getattr(theirs, k) != getattr(mine, k)
+        for k in ("max_len", "d_model", "n_layers", "n_heads")
+        if hasattr(mine, k) and getattr(theirs, k) != getattr(mine, k)
     ]
-    if diff:
-        raise ConfigError(f"{where}: another model shape ({', '.join(diff)})")
-    if ckpt.read_vocab(source)["items"] != ds.item_ids:
-        raise ConfigError(f"{where}: the run was trained on another dataset's items")
-    try:
-        model.load_state_dict(ckpt.load_run(source).model.state_dict())
-    except RuntimeError as err:  # e.g. a shared vs a separate output embedding
-        first = str(err).strip().splitlines()[0]
-        raise ConfigError(f"{where}: its weights do not fit this model ({first})") from None
+    state = run.model.state_dict()
+    mismatch = ckpt.shape_mismatch(state, model)
+    if diff or mismatch:  # or e.g. a shared vs a separate output embedding
+        raise ConfigError(f"{where}: another model shape ({', '.join(diff) or mismatch})")
+    return state
 
 
 def _write_log(run_dir: Path, history: list[dict[str, Any]]) -> None:
