@@ -25,15 +25,13 @@ RESULTS = Path(__file__).parent / "results"
 
 def run_record(run_dir: Path) -> dict[str, Any]:
     """What a results file records of one training run, read from its run directory."""
-    run_dir = Path(run_dir)
-    from seqrec.checkpoint import CONFIG, METRICS
+    from seqrec.rundir import RunDir
 
-    config = json.loads((run_dir / CONFIG).read_text())
+    run = RunDir(run_dir, trust=True)  # the benchmarks' own runs, some older than the manifest
+    config = run.config_dict()
     source = config.pop("source", {})
-    metrics_path = run_dir / METRICS
-    metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else {}
+    metrics = run.metrics() or {}
     commit = str(metrics.get("git_commit", "unknown"))
-    diff = run_dir / "code.diff"
     return {
         "run_dir": str(run_dir),
         "config": config,  # resolved: defaults -> file -> overrides, every key
@@ -41,7 +39,7 @@ def run_record(run_dir: Path) -> dict[str, Any]:
         "trained_at": {
             "commit": commit.removesuffix("-dirty"),
             "clean": not commit.endswith("-dirty"),
-            "diff": diff.read_text() if diff.exists() else None,
+            "diff": run.code_diff(),
         },
         "train_seed": config["train"]["seed"],
         "candidate_seed": config["eval"]["negative_seed"],
@@ -151,16 +149,15 @@ def train_or_reuse(
     """The run in `out`: a finished one is reported as it was trained, an interrupted one is
     resumed, else it is trained; a run whose config differs from `cfg` is refused (one line
     naming the differing keys). Returns its metrics and its per-epoch log."""
-    from seqrec.checkpoint import LOG
     from seqrec.errors import ConfigError
+    from seqrec.rundir import RunDir
     from seqrec.train import train_or_reuse as reuse
 
     try:
-        metrics = reuse(out, cfg, ds, source={"data": str(src)})
+        metrics = reuse(out, cfg, ds, source={"data": str(src)}, trust=True)  # its own runs
     except ConfigError as e:
         sys.exit(str(e))
-    log = [json.loads(line) for line in (out / LOG).read_text().splitlines()]
-    return metrics, log
+    return metrics, RunDir(out).log()
 
 
 def budgeted_row(spec: str) -> tuple[str, str, str, Any]:

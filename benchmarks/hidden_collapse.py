@@ -25,6 +25,7 @@ from _common import write_results
 from seqrec.checkpoint import load_run
 from seqrec.data.prepared import load_prepared
 from seqrec.evaluate import pad_histories
+from seqrec.rundir import RunDir
 
 SHOWN = ("loss", "n_negatives", "negatives_per", "gbce_t", "prior_offset", "lr", "threads")
 
@@ -36,7 +37,7 @@ def spread(a: torch.Tensor) -> dict[str, float]:
 
 
 def inspect(run_dir: Path, n_users: int) -> dict[str, Any]:
-    run = load_run(run_dir)
+    run = load_run(run_dir, trust=True)  # the benchmarks' own runs
     ds = load_prepared(run.source["prepared"])
     valid = ds.split.eval_set("valid")
     rows = np.linspace(0, len(valid.users) - 1, min(n_users, len(valid.users))).astype(np.int64)
@@ -59,7 +60,7 @@ def inspect(run_dir: Path, n_users: int) -> dict[str, Any]:
     for h in hooks:
         h.remove()
     unit = torch.nn.functional.normalize(users, dim=1)
-    log = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
+    log = RunDir(run_dir, trust=True).log()
     curve = [(h["epoch"], h[k]) for h in log for k in h if k.startswith("valid_")]
     return {
         "run": str(run_dir),

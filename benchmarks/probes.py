@@ -10,13 +10,12 @@ interrupted runs alike (an interrupted one reports its curve so far, no test).
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 from _common import write_results
-from seqrec.checkpoint import read_config
 from seqrec.config import RunConfig, as_trained, config_diff, load_config
+from seqrec.rundir import RunDir
 
 
 def main() -> None:
@@ -33,16 +32,16 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     for name in args.probe:
         run = Path(args.runs_dir) / name
-        cfg = read_config(run)
+        run_dir = RunDir(run, trust=True)  # the benchmarks' own runs, some older than the manifest
+        cfg = run_dir.config()
         changed = [
             d.split(": ")[0] + " = " + d.split(": ")[1].split(" vs ")[0]
             for d in config_diff(as_trained(cfg), as_trained(base, like=cfg))
         ]
-        log = [json.loads(x) for x in (run / "log.jsonl").read_text().splitlines()]
+        log = run_dir.log()
         key = next((k for h in log for k in h if k.startswith("valid_")), None)
         curve = {h["epoch"]: h[key] for h in log if key and key in h}
-        metrics_path = run / "metrics.json"
-        metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else None
+        metrics = run_dir.metrics()
         rows.append(
             {
                 "probe": name,

@@ -53,7 +53,7 @@ def main() -> None:
         out = runs / f"ttq-{args.config}-{tag}-s{seed}"
         metrics, _ = train_or_reuse(ds, cfg, out, src)
         run_dirs.append(out)
-        model = load_run(out).model
+        model = load_run(out, trust=True).model  # the benchmarks' own runs
         model.eval()
         for cand in cand_seeds:
             if cand == cfg.eval.negative_seed:

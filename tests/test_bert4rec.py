@@ -160,10 +160,10 @@ def test_head_norm_is_the_original_codes_layernorm_after_the_transform() -> None
 
 
 def test_a_run_from_before_head_norm_loads_without_it(tmp_path: Path) -> None:
-    from seqrec.checkpoint import read_config
+    from seqrec.rundir import RunDir
 
     (tmp_path / "config.json").write_text(json.dumps({"model": "bert4rec", "bert4rec": {}}))
-    assert read_config(tmp_path, trust=True).bert4rec.head_norm is False  # an older run
+    assert RunDir(tmp_path, trust=True).config().bert4rec.head_norm is False  # an older run
 
 
 def test_without_the_head_transform_scores_are_h_times_e_plus_bias() -> None:

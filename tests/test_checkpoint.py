@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from seqrec import checkpoint as ckpt
-from seqrec.checkpoint import load_run, load_tensors, read_checkpoint, run_lock
+from seqrec import rundir
+from seqrec.checkpoint import load_run
 from seqrec.errors import RunError
+from seqrec.rundir import RunDir, load_tensors
 
 
 class _Payload:
@@ -55,10 +56,10 @@ def test_a_malicious_checkpoint_is_refused_and_nothing_runs(
     (run / "checkpoint.prev.pt").unlink()
     (run / "model.pt").unlink()  # load_run falls back to the checkpoint's best state
     with pytest.raises(RunError, match=r"checkpoint\.pt: its sha256 is not one this run recorded"):
-        read_checkpoint(run)
+        RunDir(run).checkpoint()
     _record(run, "checkpoint.pt")  # the digest check passed: the restricted unpickler refuses
     with pytest.raises(RunError, match=r"checkpoint\.pt: refused"):
-        read_checkpoint(run)
+        RunDir(run).checkpoint()
     with pytest.raises(RunError, match=r"checkpoint\.pt: refused"):
         load_run(run)
     assert not marker.exists()
@@ -77,7 +78,7 @@ def test_a_malicious_weights_file_is_refused(tiny_runs: dict[str, Path], tmp_pat
 
 
 def test_the_checkpoint_a_run_writes_loads_tensors_only(tiny_runs: dict[str, Path]) -> None:
-    state = read_checkpoint(tiny_runs["sasrec"])
+    state = RunDir(tiny_runs["sasrec"]).checkpoint()
     assert state is not None
     assert state["epoch"] == 2 and isinstance(state["optimizer"]["state"], dict)
     assert all(isinstance(v, torch.Tensor) for v in state["model"].values())
@@ -116,20 +117,20 @@ def test_resume_falls_back_to_the_previous_checkpoint(
 ) -> None:
     run = _copy_run(tiny_runs["sasrec"], tmp_path / "run")
     (run / "checkpoint.pt").write_bytes(b"half a checkpoint")
-    state = read_checkpoint(run)
+    state = RunDir(run).checkpoint()
     assert state is not None and state["epoch"] == 1  # the epoch before the damaged one
     assert "checkpoint.pt: its sha256 is not one" in capsys.readouterr().err
     (run / "checkpoint.prev.pt").write_bytes(b"also damaged")
     with pytest.raises(RunError, match="checkpoint"):
-        read_checkpoint(run)
+        RunDir(run).checkpoint()
 
 
 def test_a_second_training_on_the_same_directory_is_refused(tmp_path: Path) -> None:
     run = tmp_path / "run"
     with (
-        run_lock(run),
+        RunDir(run).lock(),
         pytest.raises(RunError, match=r"in use by another training \(pid \d+ on "),
-        run_lock(run),
+        RunDir(run).lock(),
     ):
         pass
     assert not (run / ".lock").exists()
@@ -140,7 +141,7 @@ def test_a_second_training_on_the_same_directory_is_refused(tmp_path: Path) -> N
         os._exit(0)
     os.waitpid(dead, 0)
     (run / ".lock").write_text(f"{dead} {os.uname().nodename}")
-    with run_lock(run):
+    with RunDir(run).lock():
         assert (run / ".lock").read_text().startswith(str(os.getpid()))
 
 
@@ -148,17 +149,17 @@ def test_a_full_disk_keeps_the_last_good_checkpoint(
     tiny_runs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run = _copy_run(tiny_runs["sasrec"], tmp_path / "run")
-    before = read_checkpoint(run)
+    before = RunDir(run).checkpoint()
     assert before is not None
 
     def full(path: Path, write: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
-    monkeypatch.setattr(ckpt, "atomic_write", full)
+    monkeypatch.setattr(rundir, "atomic_write", full)
     with pytest.raises(RunError, match=r"checkpoint\.pt: could not be written \(No space left"):
-        ckpt.save_weights(run, "checkpoint.pt", {"epoch": 99})
+        RunDir(run).save_checkpoint({"epoch": 99})
     monkeypatch.undo()
-    after = read_checkpoint(run)
+    after = RunDir(run).checkpoint()
     assert after is not None and after["epoch"] == before["epoch"]
     assert sorted(p.name for p in run.iterdir() if p.name.startswith(".")) == []
 
@@ -166,13 +167,13 @@ def test_a_full_disk_keeps_the_last_good_checkpoint(
 _RACER = """
 import os, sys, time
 from pathlib import Path
-from seqrec.checkpoint import run_lock
+from seqrec.rundir import RunDir
 from seqrec.errors import RunError
 run, marker, rounds = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 held = twice = 0
 for _ in range(rounds):
     try:
-        with run_lock(run):
+        with RunDir(run).lock():
             try:  # a second holder would find the marker there
                 fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
             except FileExistsError:
@@ -213,21 +214,21 @@ def test_a_stale_lock_is_taken_over_and_another_hosts_needs_break_lock(tmp_path:
     run.mkdir()
     # a live pid with another start time: a reused pid, not the holder
     (run / ".lock").write_text(f"{os.getpid()} 1 {socket.gethostname()}")
-    with run_lock(run):
+    with RunDir(run).lock():
         mine = (run / ".lock").read_text().split()
         assert mine[0] == str(os.getpid()) and mine[1] != "1"
     # the same pid with its real start time and no flock (an older seqrec's lock): held
     (run / ".lock").write_text(
-        f"{os.getpid()} {ckpt._start_time(os.getpid())} {socket.gethostname()}"
+        f"{os.getpid()} {rundir._start_time(os.getpid())} {socket.gethostname()}"
     )
-    with pytest.raises(RunError, match="in use by another training"), run_lock(run):
+    with pytest.raises(RunError, match="in use by another training"), RunDir(run).lock():
         pass
     # another host's lock: seqrec cannot tell, so it says how to take it
     (run / ".lock").write_text("4242 123 elsewhere.example")
     with (
         pytest.raises(RunError, match=r"pid 4242 on elsewhere\.example\).*--break-lock"),
-        run_lock(run),
+        RunDir(run).lock(),
     ):
         pass
-    with run_lock(run, break_lock=True):
+    with RunDir(run).lock(break_lock=True):
         assert (run / ".lock").read_text().split()[-1] == socket.gethostname()

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from seqrec.checkpoint import write_run_json
 from seqrec.cli import main
 from seqrec.config import RunConfig, as_trained, load_config
 from seqrec.errors import ConfigError
 from seqrec.experiment import _value, load_spec, run_experiment, spec_names
+from seqrec.rundir import RunDir
 
 BASE = """model = "sasrec"
 [sasrec]
@@ -63,9 +63,7 @@ def test_a_sweep_trains_each_point_once_and_writes_results_after_each(
     metrics_path = runs / "sweep" / "8-s0" / "metrics.json"
     metrics = json.loads(metrics_path.read_text())
     # as a run of other code wrote it (through the run's writer: its digest is recorded)
-    write_run_json(
-        metrics_path.parent, "metrics.json", {**metrics, "git_commit": "0123456789abcdef"}
-    )
+    RunDir(metrics_path.parent).write_metrics({**metrics, "git_commit": "0123456789abcdef"})
     run_experiment(spec, str(tiny_runs["data"]), runs, progress=False)
     assert (runs / "sweep" / "8-s0" / "model.pt").stat().st_mtime_ns == stamp
     md = path.with_suffix(".md").read_text()

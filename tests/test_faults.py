@@ -21,7 +21,7 @@ from seqrec.data.synthetic import synthetic_interactions
 WORKER = r"""
 import sys, time
 from pathlib import Path
-from seqrec import checkpoint, provenance
+from seqrec import provenance, rundir
 from seqrec.config import RunConfig, load_config
 from seqrec.data.prepared import load_prepared
 from seqrec.train import fit
@@ -37,7 +37,7 @@ def slow_write(path, write):
         write(Slow())
     real(path, halves)
 
-checkpoint.atomic_write = slow_write
+rundir.atomic_write = slow_write
 prepared, out, resume = sys.argv[1], Path(sys.argv[2]), sys.argv[3] == "1"
 cfg = load_config(RunConfig, None, sys.argv[4:])
 ds = load_prepared(prepared)

@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from seqrec import checkpoint as ckpt
-from seqrec.checkpoint import build_model, load_run, read_config
+from seqrec.checkpoint import build_model, load_run
 from seqrec.config import RunConfig, load_config, refit_config
 from seqrec.data.prepared import PreparedDataset, prepare_frame
 from seqrec.data.synthetic import synthetic_interactions
@@ -22,6 +21,7 @@ from seqrec.errors import ConfigError
 from seqrec.export import export_run
 from seqrec.recommender import Recommender
 from seqrec.registry import MODELS
+from seqrec.rundir import RunDir
 from seqrec.train import fit
 
 # Sizes that keep each model tiny; a model not named here is tried with its defaults.
@@ -104,15 +104,15 @@ def test_an_interrupted_run_resumes_to_the_uninterrupted_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     model, full = trained
-    real, saved = ckpt.save_weights, []
+    real, saved = RunDir.save_checkpoint, []
 
-    def stop_after_two(run_dir: Path, name: str, obj: Any) -> None:
-        real(run_dir, name, obj)
-        saved.append(name)
-        if saved.count(ckpt.CHECKPOINT) == 2:
+    def stop_after_two(self: RunDir, state: dict[str, Any]) -> None:
+        real(self, state)
+        saved.append(state["epoch"])
+        if len(saved) == 2:
             raise KeyboardInterrupt  # as a user's Ctrl-C after the second epoch's checkpoint
 
-    monkeypatch.setattr(ckpt, "save_weights", stop_after_two)
+    monkeypatch.setattr(RunDir, "save_checkpoint", stop_after_two)
     with pytest.raises(KeyboardInterrupt):
         fit(toy, _config(model), tmp_path / "cut", progress=False)
     monkeypatch.undo()
@@ -149,7 +149,7 @@ def test_refit_recommend_and_export(
     trained: tuple[str, Any], toy: PreparedDataset, tmp_path: Path
 ) -> None:
     model, result = trained
-    cfg = refit_config(read_config(result.run_dir), int(result.metrics["best_epoch"]))
+    cfg = refit_config(RunDir(result.run_dir).config(), int(result.metrics["best_epoch"]))
     refit = fit(toy, cfg, tmp_path / "refit", progress=False)
     assert refit.metrics["epochs"] == result.metrics["best_epoch"] + 1
     rec = Recommender.from_run(result.run_dir)

@@ -12,12 +12,12 @@ from types import ModuleType
 
 import pytest
 
-from seqrec import checkpoint as ckpt
 from seqrec.config import RunConfig, as_trained, config_diff, from_dict
 from seqrec.data.prepared import PreparedDataset, prepare_frame
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import ConfigError
 from seqrec.provenance import ISA_FLAGS, machine
+from seqrec.rundir import RunDir, load_tensors
 
 
 def _cfg(**train: object) -> RunConfig:
@@ -54,10 +54,10 @@ def test_a_short_budget_run_records_what_it_trained_and_is_reused_for_its_config
 
     out = tmp_path / "run"
     metrics = train_or_reuse(out, cfg("1m"), toy, progress=False)
-    written = ckpt.read_config(out)  # config.json: the settings it trained with
+    written = RunDir(out).config()  # config.json: the settings it trained with
     assert (written.bert4rec.max_len, written.bert4rec.d_model) == (8, 8)
     assert [tier.applied for tier in written.short_budget] == [True]
-    weights = ckpt.load_tensors(out / ckpt.WEIGHTS)
+    weights = load_tensors(out / "model.pt")
     assert tuple(weights["pos_emb.weight"].shape) == (8, 8)
     assert train_or_reuse(out, cfg("1m"), toy, progress=False) == metrics  # reused
     with pytest.raises(ConfigError, match=r"another config \(bert4rec\.d_model: 8 vs 16; "):
@@ -70,8 +70,8 @@ def test_a_run_written_before_short_budget_reads_as_it_trained(tmp_path: Path) -
     data = _cfg(time_budget="15m").to_dict()
     del data["short_budget"]
     data["bert4rec"].update(dropout=0.1, dropout_min_minutes=30.0)
-    (tmp_path / ckpt.CONFIG).write_text(json.dumps(data))
-    old = as_trained(ckpt.read_config(tmp_path, trust=True))  # a run of an older version
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    old = as_trained(RunDir(tmp_path, trust=True).config())  # a run of an older version
     assert (old.bert4rec.dropout, old.bert4rec.max_len) == (0.0, 12)
 
 
@@ -119,7 +119,7 @@ def test_reuse_needs_the_same_config_and_results_record_everything(
     m = json.loads((out / "metrics.json").read_text())
     m["machine"] = {**m["machine"], "cpu": "Elsewhere CPU", "gpu": "NVIDIA H200"}
     m["device"] = "cuda"
-    (out / "metrics.json").write_text(json.dumps(m))
+    RunDir(out).write_metrics(m)  # as that machine's run wrote it
     _, md_path = common.write_results("probe", {}, "# probe", seeds={}, runs=[out])
     assert "Elsewhere CPU" in md_path.read_text() and "GPU NVIDIA H200" in md_path.read_text()
     assert "(cuda); resolved config" in md_path.read_text()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from seqrec.checkpoint import LOG, load_run, read_checkpoint, read_config
+from seqrec.checkpoint import load_run
 from seqrec.config import RunConfig, TrainConfig, from_dict
 from seqrec.data.batches import Batch
 from seqrec.data.prepared import PreparedDataset, prepare_frame
@@ -20,6 +20,7 @@ from seqrec.losses import LossSpec
 from seqrec.models.baselines import Popularity
 from seqrec.models.sasrec import SASRec, SASRecConfig
 from seqrec.registry import entry
+from seqrec.rundir import RunDir
 from seqrec.train import FitResult, _cpu_util, fit, loss_spec, make_optimizer, train_step
 
 
@@ -319,7 +320,7 @@ def test_a_non_finite_loss_stops_the_run_naming_epoch_and_step(
     monkeypatch.setattr(train_module, "train_step", diverging)
     with pytest.raises(TrainingError, match=rf"loss is nan at epoch 1, step {per_epoch + 3};"):
         fit(toy, cfg, tmp_path / "run", progress=False)
-    kept = read_checkpoint(tmp_path / "run")
+    kept = RunDir(tmp_path / "run").checkpoint()
     assert kept is not None and kept["epoch"] == 0  # the last finished epoch's checkpoint
     assert not (tmp_path / "run" / "metrics.json").exists()
 
@@ -344,7 +345,7 @@ def test_non_finite_weights_stop_the_run_before_they_are_kept(
     monkeypatch.setattr(train_module, "train_step", poisoning)
     with pytest.raises(TrainingError, match=r"weights are not finite after epoch 1"):
         fit(toy, cfg, tmp_path / "run", progress=False)
-    kept = read_checkpoint(tmp_path / "run")
+    kept = RunDir(tmp_path / "run").checkpoint()
     assert kept is not None and kept["epoch"] == 0
     assert all(torch.isfinite(v).all() for v in kept["best_state"].values())
 
@@ -408,7 +409,7 @@ def test_a_resumed_run_keeps_its_precision_decision(
     with pytest.raises(KeyboardInterrupt):
         fit(toy, cfg, tmp_path / "run", progress=False)
     monkeypatch.setattr(batches.ClozeSampler, "epoch", original)
-    first = read_checkpoint(tmp_path / "run")
+    first = RunDir(tmp_path / "run").checkpoint()
     assert first is not None and isinstance(first["precision"]["loss_bf16"], bool)
 
     def never(*args: object, **kwargs: object) -> None:
@@ -420,7 +421,7 @@ def test_a_resumed_run_keeps_its_precision_decision(
 
 
 def test_cpu_use_is_recorded_per_epoch_and_time_weighted_overall(trained: FitResult) -> None:
-    lines = [json.loads(x) for x in (trained.run_dir / LOG).read_text().splitlines()]
+    lines = RunDir(trained.run_dir).log()
     assert all(0 < line["cpu_util"] <= 1.5 for line in lines)  # threads may briefly overlap I/O
     assert trained.metrics["cpu_util"] == pytest.approx(_cpu_util(lines))
     # time-weighted by hand: 10 s at 1.0 and 30 s at 0.5 -> (10 + 15) / 40
@@ -443,11 +444,11 @@ def test_train_plus_valid_learns_the_validation_items_and_tests_the_last_state(
     result = fit(toy, cfg, tmp_path / "run", progress=False)
     m = result.metrics
     # nothing validated (the validation targets were training targets): the last state tested
-    log = [json.loads(x) for x in (result.run_dir / LOG).read_text().splitlines()]
+    log = RunDir(result.run_dir).log()
     assert len(log) == 3 and not any(k.startswith("valid_") for h in log for k in h)
     assert "valid" not in m and set(m["test"]) == {"full", "uni100", "pop100"}
     assert m["best_epoch"] == 2 and m["train_on"] == "train+valid"
-    last = read_checkpoint(result.run_dir)
+    last = RunDir(result.run_dir).checkpoint()
     assert last is not None
     tested = load_run(result.run_dir).model.state_dict()
     assert all(torch.equal(tested[k], v) for k, v in last["model"].items())
@@ -499,7 +500,7 @@ def test_a_run_times_its_epochs_tiers_once_and_records_them(
     monkeypatch.setattr(train, "epochs_bought", lambda ds, given: timed.append(given) or 40.0)
     result = fit(toy, cfg, tmp_path / "run", progress=True)
     assert [given.bert4rec.dropout for given in timed] == [0.1]  # the config as given, once
-    written = read_config(tmp_path / "run")
+    written = RunDir(tmp_path / "run").config()
     assert (written.bert4rec.dropout, written.bert4rec.max_len) == (0.0, 20)
     assert [(t.applied, t.bought) for t in written.short_budget] == [(True, 40.0), (False, 40.0)]
     assert (

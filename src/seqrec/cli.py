@@ -12,13 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from seqrec import registry
-from seqrec.checkpoint import (
-    METRICS,
-    load_run,
-    read_config,
-    read_metrics,
-    read_source,
-)
+from seqrec.checkpoint import load_run
 from seqrec.config import (
     RunConfig,
     load_config,
@@ -45,6 +39,7 @@ from seqrec.models.baselines import Popularity
 from seqrec.outputs import check_out_file
 from seqrec.recommender import Recommender, read_histories, write_recommendations
 from seqrec.report import metrics_table, run_label, stats_table
+from seqrec.rundir import RunDir
 from seqrec.train import check_run_out, fit, resolve_device
 
 __all__ = ["main"]
@@ -84,11 +79,14 @@ def _prepare(
     )
 
 
-def _add_data_flags(p: argparse.ArgumentParser, out_help: str | None = None) -> None:
+def _add_data_flags(
+    p: argparse.ArgumentParser, out_help: str | None = None, *, on_a_run: bool = False
+) -> None:
     p.add_argument(
         "--data",
-        required=True,
-        help=f"a dataset name ({', '.join(download.DATASETS)}) or a file path",
+        required=not on_a_run,
+        help=f"a dataset name ({', '.join(download.DATASETS)}) or a file path"
+        + (" (default for a run: the data it records)" if on_a_run else ""),
     )
     p.add_argument("--format", help="reader for a file path (default: from its name)")
     p.add_argument("--config", help="a TOML config file")
@@ -163,7 +161,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     if args.resume:
         # the run goes on with the config it was started with; the data must be the same
-        cfg = read_config(Path(args.out))
+        cfg = RunDir(args.out).config()
     else:
         extra = [f"model={json.dumps(args.model)}"]
         if args.time_budget:
@@ -177,17 +175,17 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_refit(args: argparse.Namespace) -> int:
     run = Path(args.run)
     if args.resume:
-        cfg = read_config(Path(args.out))
+        cfg = RunDir(args.out).config()
         data = args.data or _source_data(Path(args.out))
     else:
-        metrics = read_metrics(run, trust=args.trust)
+        metrics = RunDir(run, trust=args.trust).metrics()
         if metrics is None:
             raise ConfigError(
-                f"{run}: the run has not finished (no {METRICS}); a refit needs the epoch "
+                f"{run}: the run has not finished (no metrics yet); a refit needs the epoch "
                 "its validation chose"
             )
         best = int(metrics["best_epoch"])
-        cfg = refit_config(read_config(run, trust=args.trust), best)
+        cfg = refit_config(RunDir(run, trust=args.trust).config(), best)
         data = args.data or _source_data(run)
         print(
             f"refit of {run}: {cfg.train.max_epochs} epochs (its validation chose epoch {best}) "
@@ -198,10 +196,10 @@ def cmd_refit(args: argparse.Namespace) -> int:
 
 
 def _source_data(run_dir: Path) -> str:
-    """The dataset a run was trained on, as its config.json records it."""
-    data = read_source(run_dir).get("data")
+    """The dataset a run was trained on, as its config records it."""
+    data = RunDir(run_dir).source().get("data")
     if not data:
-        raise ConfigError(f"{run_dir}: its config.json records no source data; give --data")
+        raise ConfigError(f"{run_dir}: its config records no source data; give --data")
     return str(data)
 
 
@@ -257,6 +255,29 @@ def _say_short_budget(cfg: RunConfig) -> None:
         print("; ".join([*parts, "--set short_budget=[] keeps the config's own"]), flush=True)
 
 
+def _settings_of_the_run(args: argparse.Namespace, run: str) -> None:
+    """A command on a run prepares its data with the settings the run recorded: flags that
+    would change them are an error, not ignored; --data defaults to the run's own."""
+    given = [
+        flag
+        for flag, value in (
+            ("--set", args.set),
+            ("--config", args.config),
+            ("--format", args.format),
+            ("--min-user-interactions", getattr(args, "min_user_interactions", None)),
+            ("--min-item-interactions", getattr(args, "min_item_interactions", None)),
+        )
+        if value
+    ]
+    if given:
+        raise ConfigError(
+            f"{', '.join(given)}: {run} is a run; its data and evaluation settings are the ones "
+            "it recorded (train a new run to change them)"
+        )
+    if not args.data:
+        args.data = _source_data(Path(run))
+
+
 def _is_ml1m(ds: PreparedDataset) -> bool:
     return ds.stats.get("users") == 6040 and ds.stats.get("items") == 3416
 
@@ -268,11 +289,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     ks_arg = [int(k) for k in args.k.split(",")] if args.k else None
     scorer: Scorer
     if args.model == "pop":
+        if not args.data:
+            raise ConfigError("evaluate pop: give --data")
         cfg = _run_config(args)
         ds = _prepare(args, cfg)
         scorer = Popularity.fit(ds.split.train)  # counts the training part only
         name, device = "pop", "cpu"
     elif Path(args.model).is_dir():
+        _settings_of_the_run(args, args.model)
         device = str(resolve_device("auto"))
         run = load_run(args.model, device=device, trust=args.trust)
         cfg = run.config
@@ -519,6 +543,7 @@ def cmd_attention(args: argparse.Namespace) -> int:
     out = Path(args.figure) if args.figure else Path(args.run) / "attention.png"
     for path in (out, out.with_suffix(".json")):
         check_out_file(path, replace=args.force, inputs=[args.data])
+    _settings_of_the_run(args, args.run)
     run = load_run(args.run, trust=args.trust)
     ds = _prepare(args, run.config, inputs=[args.run])
     if list(ds.item_ids) != list(run.item_ids):
@@ -576,7 +601,9 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         return 0
     runs = Path(args.runs_dir) if args.runs_dir else download.cache_dir() / "runs"
     command = "seqrec " + " ".join(sys.argv[1:]) if sys.argv else ""
-    path = run_experiment(spec, args.data, runs, progress=not args.quiet, command=command)
+    path = run_experiment(
+        spec, args.data, runs, progress=not args.quiet, command=command, trust=args.trust
+    )
     print(path.with_suffix(".md").read_text())
     print(f"-> {path} (and .md, .png)")
     return 0
@@ -713,7 +740,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("evaluate", help="evaluate a model under full / uni100 / pop100")
     p.add_argument("model", help="'pop', or a run directory from `seqrec train`")
-    _add_data_flags(p)
+    _add_data_flags(p, on_a_run=True)
     _add_kcore_flags(p)
     p.add_argument("--protocol", help="comma-separated: full,uni100,pop100 (default: all)")
     p.add_argument("--split", choices=["test", "valid"], default="test")
@@ -809,7 +836,7 @@ def build_parser() -> argparse.ArgumentParser:
         "attention", help="average attention heat-maps of the last positions (BERT4Rec Fig. 2)"
     )
     p.add_argument("run", metavar="RUN_DIR")
-    _add_data_flags(p)
+    _add_data_flags(p, on_a_run=True)
     p.add_argument("--users", help="comma-separated user ids (default: every test user)")
     p.add_argument("--last", type=int, default=10, help="positions from the end (10)")
     p.add_argument("--figure", help="the PNG (default: attention.png in the run); JSON beside it")
@@ -830,6 +857,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="train every point for this many epochs, no time budget (results: SPEC-<N>ep)",
     )
     p.add_argument("--dry-run", action="store_true", help="list the points, train nothing")
+    p.add_argument(
+        "--trust",
+        action="store_true",
+        help="reuse finished runs that have no manifest (sha256.json): an older seqrec's",
+    )
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_experiment)
 
@@ -842,6 +874,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-budget", help="one budget for every row (default: each row's own)")
     p.add_argument("--runs-dir", help="where the rows' runs go (default: $SEQREC_HOME/runs)")
     p.add_argument("--dry-run", action="store_true", help="list the rows, train nothing")
+    p.add_argument(
+        "--trust",
+        action="store_true",
+        help="reuse finished runs that have no manifest (sha256.json): an older seqrec's",
+    )
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_experiment)
 

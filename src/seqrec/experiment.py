@@ -45,12 +45,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from seqrec.checkpoint import read_config_dict
 from seqrec.config import RunConfig, load_config
 from seqrec.data.prepared import prepare
 from seqrec.errors import ConfigError
 from seqrec.provenance import atomic_write, describe_machine, git_commit, machine, write_json
 from seqrec.reference import paper_table
+from seqrec.rundir import RunDir
 
 __all__ = ["SPEC_DIR", "ExperimentSpec", "Point", "load_spec", "run_experiment", "spec_names"]
 
@@ -318,8 +318,10 @@ def run_experiment(
     *,
     progress: bool = True,
     command: str = "",
+    trust: bool = False,
 ) -> Path:
-    """Train (or reuse) every point x seed; rewrite the results after each; return the JSON."""
+    """Train (or reuse) every point x seed; rewrite the results after each; return the JSON.
+    `trust`: reuse finished points without a manifest (runs of an older seqrec)."""
     from seqrec.train import train_or_reuse
 
     root = runs_dir / spec.name
@@ -335,6 +337,7 @@ def run_experiment(
                 partial(prepare, data, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=progress),
                 source={"data": str(data)},
                 progress=progress,
+                trust=trust,
             )
             rows.append(
                 {
@@ -349,7 +352,7 @@ def run_experiment(
                     "train_time_s": metrics["train_time_s"],
                     "cpu_util": metrics.get("cpu_util"),
                     "trained_at": metrics.get("git_commit"),
-                    "config": read_config_dict(out),
+                    "config": RunDir(out, trust=trust).config_dict(),
                     "run_dir": str(out),
                 }
             )

@@ -6,7 +6,7 @@ kind's own files (a user's file dropped into it makes it the user's again):
 
     prepared   manifest.json (with its "key") + sequences.parquet, vocab.json, stats.json,
                negatives.npz
-    run        config.json (+ the run files of seqrec.checkpoint)
+    run        its config (+ the run files of seqrec.rundir)
 
 Rules (docs/reliability.md lists the test of each):
 - an output directory that exists must be empty or a directory of the same kind; one of the same
@@ -24,34 +24,16 @@ from pathlib import Path
 from typing import Literal
 
 from seqrec.errors import ConfigError
+from seqrec.rundir import RUN_FILES, RUN_MARKER, RUN_OUTPUTS
 
-__all__ = ["PREPARED_FILES", "RUN_FILES", "check_out_dir", "check_out_file", "dir_kind"]
+__all__ = ["PREPARED_FILES", "check_out_dir", "check_out_file", "dir_kind"]
 
 Kind = Literal["prepared", "run"]
 
 PREPARED_FILES = frozenset(
     {"manifest.json", "sequences.parquet", "vocab.json", "stats.json", "negatives.npz"}
 )
-# what `seqrec train` and the commands on a run write into it (checkpoint.py names them)
-RUN_FILES = frozenset(
-    {
-        "config.json",
-        "vocab.json",
-        "checkpoint.pt",
-        "checkpoint.prev.pt",
-        "model.pt",
-        "metrics.json",
-        "log.jsonl",
-        "code.diff",
-        "sha256.json",
-        ".lock",
-        "attention.png",
-        "attention.json",
-        "model.onnx",
-        "model.ts",
-    }
-)
-_MARKERS: dict[Kind, str] = {"prepared": "manifest.json", "run": "config.json"}
+_MARKERS: dict[Kind, str] = {"prepared": "manifest.json", "run": RUN_MARKER}
 _FILES: dict[Kind, frozenset[str]] = {"prepared": PREPARED_FILES, "run": RUN_FILES}
 
 
@@ -146,11 +128,7 @@ def check_out_file(
     _check_parent(out)
 
 
-# the files that commands on a run write into it as outputs: seqrec's own, replaced freely
-_OUTPUTS_IN: dict[Kind, frozenset[str]] = {
-    "prepared": frozenset(),
-    "run": frozenset({"attention.png", "attention.json", "model.onnx", "model.ts"}),
-}
+_OUTPUTS_IN: dict[Kind, frozenset[str]] = {"prepared": frozenset(), "run": RUN_OUTPUTS}
 
 
 def _check_parent(out: Path) -> None:

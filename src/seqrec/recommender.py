@@ -30,12 +30,13 @@ import polars as pl
 import torch
 from tqdm import tqdm
 
-from seqrec.checkpoint import Run, load_run, read_vocab
+from seqrec.checkpoint import Run, load_run
 from seqrec.data.ids import IdCodec
 from seqrec.data.io import read_interactions
 from seqrec.data.prepared import PreparedDataset, load_prepared
 from seqrec.data.preprocess import left_pad
 from seqrec.errors import ConfigError, SeqrecError
+from seqrec.rundir import RunDir
 
 __all__ = [
     "Encoded",
@@ -125,14 +126,14 @@ class Recommender:
         dataset = load_prepared(prepared) if prepared and Path(prepared).exists() else None
         if dataset is not None and list(dataset.item_ids) != list(run.item_ids):
             dataset = None  # prepared again with other settings since: not this run's data
-        vocab = read_vocab(Path(run_dir), trust=trust)
+        vocab = RunDir(run_dir, trust=trust).vocab()
         if "popularity" in vocab:
             popularity = np.asarray(vocab["popularity"], dtype=np.float32)
         elif dataset is not None:
             popularity = _train_popularity(dataset)
         else:
             raise ConfigError(
-                f"{run_dir}: no popularity in vocab.json and its prepared data is gone"
+                f"{run_dir}: no popularity in its vocab and its prepared data is gone"
             )
         # the raw file the data came from: the prepared manifest's, else the run's if a path
         data = run.source.get("data")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import math
 import statistics
 import sys
@@ -44,8 +43,9 @@ from seqrec.losses import SHARED_NEGATIVE_LOSSES, LossSpec, full_cross_entropy, 
 from seqrec.metrics import metric_names
 from seqrec.models.base import Sampler, SequenceModel
 from seqrec.outputs import check_out_dir
-from seqrec.provenance import atomic_write, cpu_flags, git_commit, git_diff, machine
+from seqrec.provenance import cpu_flags, git_commit, git_diff, machine
 from seqrec.registry import entry
+from seqrec.rundir import RunDir
 
 __all__ = [
     "FitResult",
@@ -314,8 +314,9 @@ def fit(
                 shaped = ckpt.build_model(cfg, ds.n_items, ds.n_users)
             _init_state(shaped, Path(cfg.train.init_from), cfg, ds)
     check_run_out(run_dir, resume=resume, inputs=[ds.path, *inputs])
-    with ckpt.run_lock(run_dir, break_lock=break_lock):
-        return _fit(ds, cfg, run_dir, resume=resume, progress=progress, source=source)
+    run = RunDir(run_dir)
+    with run.lock(break_lock=break_lock):
+        return _fit(ds, cfg, run, resume=resume, progress=progress, source=source)
 
 
 def check_run_out(out: Path, *, resume: bool, inputs: Sequence[str | Path] = ()) -> None:
@@ -335,48 +336,47 @@ def train_or_reuse(
     *,
     source: dict[str, Any] | None = None,
     progress: bool = True,
+    trust: bool = False,
 ) -> dict[str, Any]:
     """The metrics of the run in `out` for `cfg`: a finished run's, as it was trained; an
     interrupted one's after resuming it; else a new run's. A run of another config is refused in
     one line naming the differing keys. `ds` may be a function that prepares the data, called
-    only when there is training to do (sweeps and benchmarks that reuse finished runs)."""
+    only when there is training to do (sweeps and benchmarks that reuse finished runs). `trust`:
+    reuse a finished run without a manifest (one of an older seqrec)."""
     from seqrec.config import as_trained, config_diff
 
-    if (out / ckpt.CONFIG).exists():
-        stored = ckpt.read_config(out)  # its epochs tiers: as the run's timing decided them
+    run = RunDir(out, trust=trust)
+    if run.started:
+        stored = run.config()  # its epochs tiers: as the run's timing decided them
         diff = config_diff(as_trained(stored), as_trained(cfg, like=stored))
         if diff:
             raise ConfigError(
                 f"{out}: holds a run of another config ({'; '.join(diff)}); "
                 "move it away or change the config back"
             )
-    if (metrics := ckpt.read_metrics(out)) is not None:
+    if (metrics := run.metrics()) is not None:
         return metrics
     data = ds() if callable(ds) else ds
-    resume = (out / ckpt.CHECKPOINT).exists()
+    resume = run.has_checkpoint
     return fit(data, cfg, out, resume=resume, progress=progress, source=source).metrics
 
 
 def _fit(
     ds: PreparedDataset,
     cfg: RunConfig,
-    run_dir: Path,
+    run: RunDir,
     *,
     resume: bool,
     progress: bool,
     source: dict[str, Any] | None,
 ) -> FitResult:
-    state = ckpt.read_checkpoint(run_dir) if resume else None
+    state = run.checkpoint() if resume else None
     if resume:
-        if not (run_dir / ckpt.CONFIG).exists():
-            raise ConfigError(f"{run_dir}: nothing to resume (no {ckpt.CONFIG})")
-        if (run_dir / ckpt.METRICS).exists():
-            raise ConfigError(f"{run_dir}: the run has already finished ({ckpt.METRICS})")
-        cfg = ckpt.read_config(run_dir)  # the run goes on with the settings it started with
-    elif any(p.name != ckpt.LOCK for p in run_dir.iterdir()):
-        raise ConfigError(
-            f"{run_dir}: already holds files; choose a new --out, or --resume an unfinished run"
-        )
+        if not run.started:
+            raise ConfigError(f"{run.path}: nothing to resume (no run started there)")
+        if run.finished:
+            raise ConfigError(f"{run.path}: the run has already finished (its metrics are in)")
+        cfg = run.config()  # the run goes on with the settings it started with
     # what it trains, and what config.json records (an epochs tier times this machine first)
     measuring = bool(speed_tiers(cfg))  # never for a resumed run: its config.json decided
     cfg = validate_config(apply_short_budget(cfg, lambda base: epochs_bought(ds, base)))
@@ -411,25 +411,25 @@ def _fit(
 
     commit = state["git_commit"] if state and "git_commit" in state else git_commit()
     if state is None:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        ckpt.write_run_json(
-            run_dir,
-            ckpt.CONFIG,
-            {**cfg.to_dict(), "source": {**(source or {}), "prepared": str(ds.path)}},
-        )
+        # the run records the settings its data was prepared with (a DataFrame or a file with
+        # its own columns prepared from Python): what `evaluate`/`refit` on it prepare again
+        settings = ds.data_settings()
+        if settings is not None and settings != cfg.data:
+            cfg = dataclasses.replace(cfg, data=settings)
         train_items = ds.split.training(t.train_on).items
         popularity = np.bincount(train_items, minlength=ds.n_items + 1).tolist()
-        # the training popularity: the ranking a recommender gives an empty history
-        ckpt.write_run_json(
-            run_dir,
-            ckpt.VOCAB,
+        recorded = {**(source or {}), "prepared": str(ds.path)}
+        origin = (ds.manifest.get("key") or {}).get("source") or {}
+        if "data" not in recorded and "path" in origin:  # fit from Python: the file it read
+            recorded["data"] = origin["path"]
+        run.start(
+            {**cfg.to_dict(), "source": recorded},
+            # the training popularity: the ranking a recommender gives an empty history
             {"items": ds.item_ids, "popularity": popularity, "n_users": ds.n_users},
+            code_diff=git_diff(),
         )
-        diff = git_diff()
-        if diff:  # the run's numbers stay traceable to its uncommitted code
-            atomic_write(run_dir / ckpt.CODE_DIFF, lambda f: f.write(diff.encode()))
-    elif ckpt.read_vocab(run_dir)["items"] != ds.item_ids:
-        raise ConfigError(f"{run_dir}: the run was trained on another dataset's items")
+    else:
+        run.check_items(ds.item_ids)
 
     training = setup(
         ds,
@@ -519,7 +519,7 @@ def _fit(
             if not math.isfinite(loss):
                 bar.close()
                 raise TrainingError(
-                    f"{run_dir}: the training loss is {loss} at epoch {epoch}, step {step}; "
+                    f"{run.path}: the training loss is {loss} at epoch {epoch}, step {step}; "
                     f"training stopped, the checkpoint of the last finished epoch is kept "
                     f"(try a lower train.lr)"
                 )
@@ -541,7 +541,7 @@ def _fit(
         if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
             bar.close()  # nothing of this epoch is kept: no checkpoint, no best state
             raise TrainingError(
-                f"{run_dir}: the model's weights are not finite after epoch {epoch}; "
+                f"{run.path}: the model's weights are not finite after epoch {epoch}; "
                 f"training stopped, the checkpoint of the last finished epoch is kept"
             )
         line: dict[str, Any] = {
@@ -578,10 +578,8 @@ def _fit(
             val=f"{best['metric']:.4f}" if best["epoch"] >= 0 else "-",
             seq_s=f"{line['seq_per_s']:.0f}",
         )
-        _write_log(run_dir, history)
-        ckpt.save_weights(
-            run_dir,
-            ckpt.CHECKPOINT,
+        run.write_log(history)
+        run.save_checkpoint(
             {
                 "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(),
@@ -649,9 +647,9 @@ def _fit(
             "machine": machine(),
         }
     )
-    ckpt.save_weights(run_dir, ckpt.WEIGHTS, model.state_dict())
-    ckpt.write_run_json(run_dir, ckpt.METRICS, metrics)
-    return FitResult(run_dir, model, metrics)
+    run.save_model(model.state_dict())
+    run.write_metrics(metrics)
+    return FitResult(run.path, model, metrics)
 
 
 def _cpu_util(history: list[dict[str, Any]]) -> float | None:
@@ -812,8 +810,3 @@ def _init_state(
     if diff or mismatch:  # or e.g. a shared vs a separate output embedding
         raise ConfigError(f"{where}: another model shape ({', '.join(diff) or mismatch})")
     return state
-
-
-def _write_log(run_dir: Path, history: list[dict[str, Any]]) -> None:
-    text = "".join(json.dumps(h) + "\n" for h in history).encode()
-    atomic_write(run_dir / ckpt.LOG, lambda f: f.write(text))

@@ -44,7 +44,7 @@ from seqrec.data.settings import DataConfig, EvalConfig
 from seqrec.data.split import LeaveOneOut, Split, leave_one_out
 from seqrec.errors import ConfigError, DataError
 from seqrec.metrics import DEFAULT_KS
-from seqrec.outputs import check_out_dir
+from seqrec.outputs import check_out_dir, dir_kind
 
 if TYPE_CHECKING:
     from seqrec.evaluate import EvalReport, Scorer
@@ -87,6 +87,15 @@ class PreparedDataset:
     def n_users(self) -> int:
         """Users of the data (internal indices 0..n_users-1, the rows of `sequences`)."""
         return self.sequences.n_users
+
+    def data_settings(self) -> DataConfig | None:
+        """The [data] settings it was prepared with (reader, columns, k-core), as its manifest
+        records them; None for a directory from before they were recorded."""
+        data = (self.manifest.get("key") or {}).get("data")
+        try:
+            return DataConfig(**data) if isinstance(data, dict) else None
+        except TypeError:  # keys of another version
+            return None
 
     @cached_property
     def split(self) -> LeaveOneOut:
@@ -206,13 +215,16 @@ def prepare(
     inputs: Sequence[Path | str] = (),
 ) -> PreparedDataset:
     """Read, preprocess, split and sample candidates for a dataset name or file; reuse the
-    prepared directory when the source file and every setting are unchanged.
+    prepared directory when the source file and every setting are unchanged. A prepared
+    dataset's directory given as `data` is loaded as it is.
 
     `out` (default: a folder of the cache named by the source and settings) must be new, empty
     or a prepared dataset; one prepared from another source or settings is replaced only with
     `force`. It may not be or contain the source file or any of `inputs` (paths the caller
     reads, such as a run directory). Refusals are one ConfigError line, before anything is
     read."""
+    if Path(data).is_dir() and dir_kind(Path(data)) == "prepared":
+        return load_prepared(data)  # a prepared dataset given as the data: as it is
     data_cfg = data_cfg or DataConfig()
     eval_cfg = eval_cfg or EvalConfig()
     source, fmt = resolve_source(str(data), data_cfg.format, progress=progress)

@@ -1,0 +1,486 @@
+"""The run directory: everything a training run leaves behind. `RunDir` is the one owner of its
+files: no other module opens one by name. (seqrec.checkpoint builds a model from one.)
+
+    config.json     the resolved RunConfig (defaults -> file -> --set), plus the data it ran on
+                    (`source`: the data, its prepared directory, what a refit started from)
+    vocab.json      {"items": [external ids], "popularity": [training counts], "n_users"}:
+                    internal item i is items[i - 1]; popularity[i] its training interactions
+    checkpoint.pt   the last finished epoch: weights, optimiser, schedule, best state, history
+    checkpoint.prev.pt  the epoch before: what `--resume` falls back to when the last is damaged
+    model.pt        the best weights (chosen on validation), written when the run ends
+    metrics.json    validation and test metrics for every protocol, wall time, epochs, commit,
+                    machine, seed
+    log.jsonl       one line per epoch: loss, learning rate, sequences/s, validation metric
+    code.diff       only when the run started from a checkout with uncommitted changes: that
+                    change, so the run's numbers can be traced to its exact code
+    sha256.json     the manifest: the sha256 of every file a loader reads (config, vocab,
+                    metrics, weights), by file name. A file loads only if its digest is the one
+                    recorded for its name (or, while a file is being replaced, the one recorded
+                    as pending for it); a run without the manifest loads only when trusted
+                    (`--trust`: hand-made runs, runs of older versions)
+    .lock           while a training runs in it: its pid, its process's start time and its
+                    host; held with `fcntl.flock` (RunDir.lock)
+
+Every file is written to a temporary name and renamed into place. What the manifest protects
+against is damage (a truncated, half-written, swapped or edited file), not an attacker who can
+write the directory: such a one can rewrite the manifest too (docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import io
+import json
+import os
+import socket
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from seqrec.errors import ConfigError, RunError
+from seqrec.provenance import atomic_write, write_json
+
+if TYPE_CHECKING:
+    from seqrec.config import RunConfig
+
+__all__ = ["RUN_FILES", "RUN_MARKER", "RUN_OUTPUTS", "RunDir", "load_tensors"]
+
+CONFIG, VOCAB, CHECKPOINT, PREVIOUS, WEIGHTS = (
+    "config.json",
+    "vocab.json",
+    "checkpoint.pt",
+    "checkpoint.prev.pt",
+    "model.pt",
+)
+METRICS, LOG, CODE_DIFF, DIGESTS, LOCK = (
+    "metrics.json",
+    "log.jsonl",
+    "code.diff",
+    "sha256.json",
+    ".lock",
+)
+PENDING = ".pending"  # in the manifest: the digests of files being put in place (_commit)
+RUN_MARKER = CONFIG  # the file that makes a directory a run's
+# what commands on a run write into it as outputs: seqrec's own, replaced freely
+RUN_OUTPUTS = frozenset({"attention.png", "attention.json", "model.onnx", "model.ts"})
+# everything seqrec writes into a run directory (seqrec.outputs tells a run from a user's folder)
+RUN_FILES = frozenset(
+    {CONFIG, VOCAB, CHECKPOINT, PREVIOUS, WEIGHTS, METRICS, LOG, CODE_DIFF, DIGESTS, LOCK}
+    | RUN_OUTPUTS
+)
+
+# Keys added to the configs after runs were written whose default is not what those runs did:
+# (section, key) -> the value an older run directory without the key was trained with.
+_BEFORE_ADDED = {("bert4rec", "head_norm"): False}
+
+
+class RunDir:
+    """One run directory. `trust`: load what the manifest does not cover (a run made by hand or
+    by an older seqrec); a file whose recorded digest differs is refused all the same."""
+
+    def __init__(self, path: str | Path, *, trust: bool = False) -> None:
+        self.path = Path(path)
+        self.trust = trust
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    # ------------------------------------------------------------------------------- state
+
+    @property
+    def config_path(self) -> Path:
+        """Where the config is (for messages about it)."""
+        return self.path / CONFIG
+
+    @property
+    def started(self) -> bool:
+        """A run was started here (its config is written)."""
+        return (self.path / CONFIG).exists()
+
+    @property
+    def finished(self) -> bool:
+        return (self.path / METRICS).exists()
+
+    @property
+    def has_checkpoint(self) -> bool:
+        return (self.path / CHECKPOINT).exists() or (self.path / PREVIOUS).exists()
+
+    # ------------------------------------------------------------------------------- writing
+
+    def start(self, config: dict[str, Any], vocab: dict[str, Any], code_diff: str | None) -> None:
+        """A new run's first files: its config (with `source`), its vocab and, when the code
+        had uncommitted changes, that diff."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._write_json(CONFIG, config)
+        self._write_json(VOCAB, vocab)
+        if code_diff:  # the run's numbers stay traceable to its uncommitted code
+            atomic_write(self.path / CODE_DIFF, lambda f: f.write(code_diff.encode()))
+
+    def save_checkpoint(self, state: dict[str, Any]) -> None:
+        """The last finished epoch; the one before becomes `checkpoint.prev.pt`."""
+        self._save_weights(CHECKPOINT, state)
+
+    def save_model(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """The best weights, when the run ends."""
+        self._save_weights(WEIGHTS, state_dict)
+
+    def write_metrics(self, metrics: dict[str, Any]) -> None:
+        self._write_json(METRICS, metrics)
+
+    def write_log(self, history: Sequence[dict[str, Any]]) -> None:
+        text = "".join(json.dumps(h) + "\n" for h in history).encode()
+        atomic_write(self.path / LOG, lambda f: f.write(text))
+
+    def _write_json(self, name: str, obj: Any) -> None:
+        data = (json.dumps(obj, indent=2) + "\n").encode()
+        digest = hashlib.sha256(data).hexdigest()
+        self._commit(
+            {name: digest}, lambda: atomic_write(self.path / name, lambda f: f.write(data))
+        )
+
+    def _save_weights(self, name: str, obj: Any) -> None:
+        """Write a weight file and record its sha256. The new file is written whole beside the
+        old one first; only then does a new checkpoint move the current one to `PREVIOUS` and
+        take its place, each move recorded in the manifest before it is made (`_commit`). A
+        crash or a full disk at any moment leaves the last good checkpoint loadable, and every
+        file with a digest recorded for its name. A failed write is one line."""
+        buf = io.BytesIO()
+        torch.save(obj, buf)
+        data = buf.getvalue()
+        target, fresh = self.path / name, self.path / f".{name}.new"
+        try:
+            atomic_write(fresh, lambda f: f.write(data))
+            changes = {name: hashlib.sha256(data).hexdigest()}
+            moving = name == CHECKPOINT and target.exists()
+            if moving:  # the current checkpoint becomes the previous one
+                current = (self._digests(trust=True) or {}).get(CHECKPOINT)
+                if current is not None:
+                    changes[PREVIOUS] = current
+
+            def put() -> None:
+                if moving:
+                    os.replace(target, self.path / PREVIOUS)
+                os.replace(fresh, target)
+
+            self._commit(changes, put)
+        except OSError as err:
+            fresh.unlink(missing_ok=True)
+            raise RunError(
+                f"{target}: could not be written ({err.strerror or err}); the last good "
+                "checkpoint is kept"
+            ) from None
+
+    def _commit(self, changes: dict[str, str], write: Callable[[], None]) -> None:
+        """Change files so that a crash at any moment leaves each with a digest the manifest
+        accepts for its name: the new digests (`changes`, {name: sha256}) are recorded as
+        pending first, then `write` puts the files in place, then they become the recorded
+        ones."""
+        digests = self._digests(trust=True) or {}
+        digests.pop(PENDING, None)
+        write_json(self.path / DIGESTS, {**digests, PENDING: changes})
+        write()
+        write_json(self.path / DIGESTS, {**digests, **changes})
+
+    # ------------------------------------------------------------------------------- reading
+
+    def config_dict(self) -> dict[str, Any]:
+        """config.json as stored (verified): the resolved config and its `source`."""
+        if not self.started:
+            raise ConfigError(f"{self.path}: not a run directory (no {CONFIG})")
+        return self._read_json(CONFIG)
+
+    def config(self) -> RunConfig:
+        """The run's config (verified, migrated from older layouts, every value range-checked
+        by seqrec.config.validate)."""
+        from seqrec.config import RunConfig, from_dict, validate
+
+        path = self.path / CONFIG
+        data = self.config_dict()
+        data.pop("source", None)
+        for (section, key), value in _BEFORE_ADDED.items():
+            if isinstance(data.get(section), dict):
+                data[section].setdefault(key, value)
+        # before [[short_budget]]: bert4rec.dropout_min_minutes turned the hidden dropout off
+        # for a shorter budget, at model build, so the file holds the config as given
+        bert = data.get("bert4rec")
+        minimum = bert.pop("dropout_min_minutes", 0.0) if isinstance(bert, dict) else 0.0
+        if minimum and "short_budget" not in data:
+            data["short_budget"] = [{"minutes": minimum, "set": ["bert4rec.dropout=0.0"]}]
+        return validate(from_dict(RunConfig, data, str(path), foreign="drop"), str(path))
+
+    def source(self) -> dict[str, Any]:
+        """What the run was trained from, as config.json records it (`data`, `prepared`, ...)."""
+        return dict(self.config_dict().get("source") or {})
+
+    def vocab(self) -> dict[str, Any]:
+        """vocab.json (verified): `items`, and `popularity` and `n_users` where recorded; one
+        line naming it when malformed."""
+        path = self.path / VOCAB
+        vocab = self._read_json(VOCAB)
+        items = vocab.get("items")
+        if not isinstance(items, list) or not items:
+            raise RunError(f"{path}: damaged (expected a non-empty list 'items')")
+        popularity = vocab.get("popularity")
+        if popularity is not None and (
+            not isinstance(popularity, list) or len(popularity) != len(items) + 1
+        ):
+            raise RunError(f"{path}: damaged ('popularity' must hold {len(items) + 1} counts)")
+        n_users = vocab.get("n_users", 0)
+        if isinstance(n_users, bool) or not isinstance(n_users, int) or n_users < 0:
+            raise RunError(f"{path}: damaged ('n_users' must be a count)")
+        return vocab
+
+    def check_items(self, item_ids: Sequence[Any], where: str | None = None) -> None:
+        """The run was trained on these items (in this order), or one ConfigError line."""
+        mine = self.vocab()["items"]
+        if list(mine) != list(item_ids):
+            raise ConfigError(
+                f"{where or self.path}: the run was trained on other items than the data gives "
+                f"({len(mine)} vs {len(item_ids)})"
+            )
+
+    def metrics(self) -> dict[str, Any] | None:
+        """A finished run's metrics.json; None while the run has not finished."""
+        return self._read_json(METRICS) if self.finished else None
+
+    def log(self) -> list[dict[str, Any]]:
+        """One dict per epoch logged (none before the first)."""
+        path = self.path / LOG
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def code_diff(self) -> str | None:
+        """The uncommitted change the run started from, if any."""
+        path = self.path / CODE_DIFF
+        return path.read_text() if path.exists() else None
+
+    def checkpoint(self) -> dict[str, Any] | None:
+        """The last good checkpoint: checkpoint.pt, or, when it is damaged or was being written
+        when the process died, the epoch before it (checkpoint.prev.pt, with a one-line notice
+        on stderr). None when the run has none; a RunError when none is good."""
+        if not self.has_checkpoint:
+            return None
+        errors = []
+        for name in (CHECKPOINT, PREVIOUS):
+            if not (self.path / name).exists():
+                continue
+            try:
+                state = self._weights(name)
+                if not isinstance(state, dict):
+                    raise RunError(f"{self.path / name}: damaged (not a checkpoint)")
+            except RunError as err:
+                errors.append(str(err))
+                continue
+            if errors:
+                print(f"{errors[0]}; using {name} (epoch {state.get('epoch')})", file=sys.stderr)
+            return state
+        raise RunError(
+            errors[0] if len(errors) == 1 else f"{self.path}: no good checkpoint ({errors[0]})"
+        )
+
+    def best_weights(self) -> tuple[Any, Path]:
+        """The weights to score with and the file they come from: model.pt, or the best state
+        of an unfinished run's checkpoint."""
+        if (self.path / WEIGHTS).exists():
+            return self._weights(WEIGHTS), self.path / WEIGHTS
+        ckpt = self.checkpoint()
+        if ckpt is None:
+            raise ConfigError(f"{self.path}: the run has no weights yet ({WEIGHTS}, {CHECKPOINT})")
+        return ckpt.get("best_state") or ckpt.get("model"), self.path / CHECKPOINT
+
+    def _weights(self, name: str) -> Any:
+        return load_tensors(self.path / name, self._read_verified(name))
+
+    def _read_json(self, name: str) -> dict[str, Any]:
+        data = self._read_verified(name)
+        try:
+            obj = json.loads(data)
+        except (ValueError, RecursionError):
+            raise RunError(f"{self.path / name}: damaged (not JSON)") from None
+        if not isinstance(obj, dict):
+            raise RunError(f"{self.path / name}: damaged (expected a JSON object)")
+        return obj
+
+    def _read_verified(self, name: str) -> bytes:
+        """A file's bytes, only if its sha256 is the one the manifest records for its name."""
+        path = self.path / name
+        digests = self._digests(trust=self.trust)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise RunError(f"{path}: missing") from None
+        if digests is None:
+            return data
+        pending: dict[str, str] = digests.get(PENDING) or {}
+        if name not in digests and name not in pending and self.trust:
+            return data  # a run of an older seqrec: its manifest named the weight files only
+        if name not in digests and name not in pending:
+            raise RunError(
+                f"{path}: not recorded in {DIGESTS} (the run was stopped while writing it, and "
+                "--resume writes it again; or it was put there by hand)"
+            )
+        if hashlib.sha256(data).hexdigest() not in (digests.get(name), pending.get(name)):
+            raise RunError(
+                f"{path}: its sha256 is not one this run recorded for it ({DIGESTS}): "
+                "damaged, truncated, edited or replaced"
+            )
+        return data
+
+    def _digests(self, *, trust: bool) -> dict[str, Any] | None:
+        """The manifest {file name: sha256} (and its pending changes); None when there is none
+        and `trust` is set (a RunError otherwise)."""
+        path = self.path / DIGESTS
+        if not path.exists():
+            if trust:
+                return None
+            raise RunError(
+                f"{path}: missing, so the run's files cannot be checked; a run made by hand "
+                "loads with --trust"
+            )
+        try:
+            data = json.loads(path.read_text())
+        except (ValueError, OSError):
+            raise RunError(
+                f"{path}: damaged (not JSON); the run's files cannot be checked"
+            ) from None
+        if not isinstance(data, dict) or not _digest_map(data.get(PENDING, {})):
+            raise RunError(f"{path}: damaged (expected {{file name: sha256}})")
+        if not _digest_map({k: v for k, v in data.items() if k != PENDING}):
+            raise RunError(f"{path}: damaged (expected {{file name: sha256}})")
+        return data
+
+    # ---------------------------------------------------------------------------------- lock
+
+    @contextlib.contextmanager
+    def lock(self, *, break_lock: bool = False) -> Iterator[None]:
+        """Hold the directory for one training: a second one is refused in one line.
+
+        The lock is `fcntl.flock` on `.lock`, which the kernel releases when its holder dies,
+        so a lock left by a killed process is taken over at once; the file records the holder's
+        pid, start time and host for the message. A lock file naming another host (a directory
+        on shared storage, where flock may not reach across machines) is refused unless
+        `break_lock`; one naming a process of this host that still runs with the same start
+        time (a holder that did not flock) is refused; a reused pid is not taken for it."""
+        created = not self.path.exists()
+        path = self.path / LOCK
+        fd = _take_lock(self.path, path, break_lock)
+        self._remove_leftovers()
+        try:
+            yield
+        finally:
+            try:
+                path.unlink(missing_ok=True)  # before the lock goes: a waiter re-checks the inode
+            finally:
+                os.close(fd)
+            if created:
+                with contextlib.suppress(OSError):  # a run that failed before writing anything
+                    self.path.rmdir()  # leaves nothing (only when empty)
+
+    def _remove_leftovers(self) -> None:
+        """Half-written temporary files of run files, left by a process killed while writing
+        them (atomic_write's `.<name>.*`, the weights' `.<name>.new` and `..<name>.new.*`):
+        never read, removed when the directory is taken again."""
+        names = (CONFIG, VOCAB, CHECKPOINT, WEIGHTS, METRICS, LOG, CODE_DIFF, DIGESTS)
+        for p in self.path.iterdir():
+            hidden = p.name.startswith(".") and p.name != LOCK
+            if hidden and any(p.name.lstrip(".").startswith(f"{n}.") for n in names):
+                p.unlink(missing_ok=True)
+
+
+def _digest_map(data: Any) -> bool:
+    return isinstance(data, dict) and all(
+        isinstance(k, str) and isinstance(v, str) and len(v) == 64 for k, v in data.items()
+    )
+
+
+def load_tensors(path: Path, data: bytes | None = None) -> Any:
+    """A file written by RunDir (or its bytes, `data`, already read and verified), read with
+    PyTorch's restricted unpickler (`weights_only=True`): tensors, numbers, strings and plain
+    containers only. A file that holds anything else (a pickled object whose loading would run
+    code) or is damaged is refused with a one-line error naming it; nothing in it runs."""
+    try:
+        source: Any = io.BytesIO(data) if data is not None else path
+        return torch.load(source, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as err:  # UnpicklingError, RuntimeError, EOFError, ...: all one answer
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise RunError(
+            f"{path}: refused, not a tensors-only seqrec file or damaged ({first})"
+        ) from None
+
+
+def _take_lock(run_dir: Path, path: Path, break_lock: bool) -> int:
+    me = f"{os.getpid()} {_start_time(os.getpid())} {socket.gethostname()}"
+    for _ in range(1000):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+        except FileNotFoundError:  # the directory was removed by a holder leaving: again
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.pread(fd, 256, 0).decode(errors="replace").split()
+            os.close(fd)
+            raise RunError(
+                f"{run_dir}: {_held(owner)}; wait for it or choose another --out"
+            ) from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:  # the holder unlinked it before we locked: lock the new file instead
+            os.close(fd)
+            continue
+        owner = os.pread(fd, 256, 0).decode(errors="replace").split()
+        if owner and not break_lock and _still_held(owner):
+            os.close(fd)
+            host = owner[-1] if len(owner) > 1 else "?"
+            hint = (
+                "; seqrec cannot tell whether it still runs there: --break-lock takes it"
+                if host != socket.gethostname()
+                else ""
+            )
+            raise RunError(f"{run_dir}: {_held(owner)}{hint}")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, me.encode(), 0)
+        return fd
+    raise RunError(f"{run_dir}: could not take the lock {path}")
+
+
+def _held(owner: list[str]) -> str:
+    host = owner[-1] if len(owner) > 1 else "?"
+    return f"in use by another training (pid {owner[0] if owner else '?'} on {host})"
+
+
+def _start_time(pid: int) -> str:
+    """The process's start time (clock ticks since boot, /proc/PID/stat field 22); "?" where
+    there is no /proc. With the pid it names one process: pids are reused, start times not."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return "?"
+
+
+def _still_held(owner: list[str]) -> bool:
+    """Whether the process a lock file names (`pid [start] host`) may still hold it: another
+    host's, always; this host's, when that pid runs with the recorded start time."""
+    if len(owner) > 1 and owner[-1] != socket.gethostname():
+        return True
+    try:
+        pid = int(owner[0])
+        os.kill(pid, 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:  # exists, owned by another user
+        pass
+    recorded = owner[1] if len(owner) == 3 else "?"
+    return recorded == "?" or recorded == _start_time(pid)

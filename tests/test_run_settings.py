@@ -1,0 +1,94 @@
+"""A run carries its data settings: a run trained from Python on a Parquet file with its own
+column names is evaluated, refit and asked for a user's top-k by the CLI on that file with no
+column flags; flags that would change a run's settings are an error, not ignored."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from seqrec.cli import main
+from seqrec.config import DataConfig, RunConfig, load_config
+from seqrec.data.prepared import prepare
+from seqrec.data.synthetic import synthetic_interactions
+from seqrec.rundir import RunDir
+from seqrec.train import fit
+
+
+@pytest.fixture(scope="module")
+def own_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """(the log, its prepared directory, the run) trained from Python with custom columns."""
+    root = tmp_path_factory.mktemp("own")
+    df = synthetic_interactions(n_users=70, n_items=40, min_len=6, max_len=20, seed=6)
+    log = root / "events.parquet"
+    df.select(
+        pl.col("user").alias("uid"), pl.col("item").alias("iid"), pl.col("timestamp").alias("ts")
+    ).write_parquet(log)
+    ds = prepare(log, data_cfg=DataConfig(user_col="uid", item_col="iid", time_col="ts"))
+    cfg = load_config(
+        RunConfig,
+        None,
+        [
+            'model="sasrec"',
+            "sasrec.d_model=16",
+            "sasrec.max_len=10",
+            "train.max_epochs=2",
+            "train.threads=1",
+            'train.loss="ce"',
+        ],
+    )
+    run = fit(ds, cfg, root / "run", progress=False).run_dir
+    return log, ds.path, run
+
+
+def test_the_run_records_the_settings_its_data_was_prepared_with(
+    own_run: tuple[Path, Path, Path],
+) -> None:
+    log, _, run = own_run
+    recorded = RunDir(run).config()
+    assert (recorded.data.user_col, recorded.data.item_col, recorded.data.time_col) == (
+        "uid",
+        "iid",
+        "ts",
+    )
+    assert RunDir(run).source()["data"] == str(log.resolve())
+
+
+def test_evaluate_refit_and_recommend_on_the_run_need_no_flags(
+    own_run: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log, prepared, run = own_run
+    want = RunDir(run).metrics()
+    assert want is not None
+    for data in ([], ["--data", str(log)], ["--data", str(prepared)]):  # the file, or prepared
+        assert main(["evaluate", str(run), *data, "--json", "--quiet"]) == 0, data
+        got = json.loads(capsys.readouterr().out)
+        assert got["full"] == pytest.approx(want["test"]["full"]), data
+    assert main(["refit", str(run), "--out", str(tmp_path / "refit"), "--quiet"]) == 0
+    capsys.readouterr()
+    user = str(pl.read_parquet(log)["uid"][0])
+    assert main(["recommend", str(run), "--user", user, "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["items"]) == 10
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--set", "eval.batch_size=8"],
+        ["--config", "ml-1m-sasrec"],
+        ["--format", "csv"],
+        ["--min-user-interactions", "3"],
+    ],
+)
+def test_flags_that_would_change_a_runs_settings_are_an_error(
+    flags: list[str], own_run: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, _, run = own_run
+    commands = ["evaluate"] + (["attention"] if flags[0] != "--min-user-interactions" else [])
+    for command in commands:
+        assert main([command, str(run), *flags, "--quiet"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and flags[0] in err and "is a run" in err, err
