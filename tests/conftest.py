@@ -97,7 +97,10 @@ def tiny_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             RunConfig, None, [f"model={model!r}", *sets, "train.max_epochs=3", "train.lr=5e-3"]
         )
         ds = prepare(data, data_cfg=cfg.data, eval_cfg=cfg.eval, out=root / "prepared")
-        out[model] = fit(ds, cfg, root / model, progress=False, source={"data": str(data)}).run_dir
+        run = fit(
+            ds, cfg, root / model, progress=False, source={"data": str(data)}, keep_checkpoints=True
+        )  # the run-file tests use both checkpoints
+        out[model] = run.run_dir
     return out
 
 

@@ -217,3 +217,25 @@ def test_the_manifest_protects_the_files_it_names(tiny_runs: dict[str, Path]) ->
         assert name in digests
         digest = hashlib.sha256((tiny_runs["sasrec"] / name).read_bytes()).hexdigest()
         assert digests[name] == digest, name
+
+
+def test_a_finished_run_keeps_its_last_checkpoint_only_unless_told(tmp_path: Path) -> None:
+    from seqrec.data.synthetic import synthetic_interactions
+
+    df = synthetic_interactions(n_users=50, n_items=30, seed=7)
+    data = tmp_path / "ratings.dat"
+    rows = df.select("user", "item", "timestamp").iter_rows()
+    data.write_text("".join(f"{u}::{i}::4::{t}\n" for u, i, t in rows))
+    sets = ["sasrec.max_len=8", "sasrec.d_model=8", "train.max_epochs=3", "train.threads=1"]
+    base = ["train", "sasrec", "--data", str(data), "--quiet"]
+    base += [x for s in sets for x in ("--set", s)]
+    for keep, want in (
+        ([], {"checkpoint.pt"}),
+        (["--keep-checkpoints"], {"checkpoint.pt", "checkpoint.prev.pt"}),
+    ):
+        out = tmp_path / f"run{len(keep)}"
+        assert main([*base, "--out", str(out), *keep]) == 0
+        assert {p.name for p in out.glob("checkpoint*.pt")} == want
+        digests = json.loads((out / "sha256.json").read_text())
+        assert {n for n in digests if n.startswith("checkpoint")} == want
+        assert load_run(out).metrics is not None

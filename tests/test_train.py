@@ -124,8 +124,12 @@ def test_time_budget_stops_and_still_evaluates(toy: PreparedDataset, tmp_path: P
 
 
 def test_the_progress_bar_counts_the_budget_or_the_batches(
-    toy: PreparedDataset, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    toy: PreparedDataset,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv("SEQREC_PROGRESS", "bar")  # the bar, as a terminal shows it
     fit(toy, _config(time_budget="1m", max_epochs=1), tmp_path / "timed", progress=True)
     err = capsys.readouterr().err
     assert "/60 s of the time budget" in err  # the clock ends it, not a step count

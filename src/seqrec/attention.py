@@ -124,15 +124,9 @@ def attention_maps(
 
 def plot_attention(maps: AttentionMaps, path: str, title: str = "") -> None:
     """One heat-map per layer (rows) and head (columns), positions 1..last, the [MASK] marked."""
-    try:
-        import matplotlib
+    from seqrec.plots import pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as e:  # pragma: no cover - matplotlib is in the dev and bench extras
-        raise ImportError(
-            "the attention figure needs matplotlib: pip install 'seqrec[bench]'"
-        ) from e
+    plt = pyplot()
     layers, heads, n, _ = maps.weights.shape
     labels = [str(i + 1) for i in range(n)]
     if maps.mask_last:

@@ -227,6 +227,7 @@ def _train(
         source=source,
         inputs=inputs,
         break_lock=args.break_lock,
+        keep_checkpoints=args.keep_checkpoints,
     )
     m = result.metrics
     label = run_label(cfg.model, cfg.train.loss)
@@ -317,6 +318,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         ks=ks_arg or list(cfg.eval.ks),
         batch_size=cfg.eval.batch_size,
         device=device,
+        progress=not args.quiet,
     )
     _print_report(args, report, name, ds)
     return 0
@@ -523,6 +525,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plot(args: argparse.Namespace) -> int:
+    """Validation curves of one or more runs in one PNG."""
+    from seqrec.plots import plot_curves
+
+    out = Path(args.out) if args.out else Path(args.runs[0]) / "curves.png"
+    check_out_file(out, replace=args.force)
+    print(f"-> {plot_curves(args.runs, out, trust=args.trust)}")
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     path = export_run(args.run, args.format, args.out, replace=args.force, trust=args.trust)
     print(f"{args.format} -> {path}")
@@ -684,8 +696,15 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------ parser
 
 
+def _version() -> str:
+    from seqrec import __version__
+
+    return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="seqrec", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"seqrec {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("download", help="fetch a dataset into the cache ($SEQREC_HOME)")
@@ -715,6 +734,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="take the run's lock that a process on another host left (it must have stopped)",
     )
+    p.add_argument(
+        "--keep-checkpoints",
+        action="store_true",
+        help="a finished run keeps both its last checkpoints (default: the last only)",
+    )
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser(
@@ -735,6 +759,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--break-lock",
         action="store_true",
         help="take the run's lock that a process on another host left (it must have stopped)",
+    )
+    p.add_argument(
+        "--keep-checkpoints",
+        action="store_true",
+        help="a finished run keeps both its last checkpoints (default: the last only)",
     )
     p.set_defaults(func=cmd_refit)
 
@@ -881,6 +910,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_experiment)
+
+    p = sub.add_parser("plot", help="the validation curves of runs, by epoch and by minutes")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("--out", help="the PNG (default: curves.png in the first run)")
+    p.add_argument("--force", action="store_true", help="replace an existing --out file")
+    p.add_argument(
+        "--trust", action="store_true", help="read runs that have no manifest (sha256.json)"
+    )
+    p.set_defaults(func=cmd_plot)
 
     p = sub.add_parser("export", help="export a run's model (ONNX or TorchScript)")
     p.add_argument("run", metavar="RUN_DIR")

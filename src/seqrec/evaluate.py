@@ -22,7 +22,7 @@ worst rank under every protocol, never a perfect one.
 
 from __future__ import annotations
 
-import os
+import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +31,6 @@ from typing import Any, Protocol
 import numpy as np
 import polars as pl
 import torch
-from tqdm import tqdm
 
 from seqrec.data.candidates import (
     N_NEGATIVES,
@@ -44,6 +43,8 @@ from seqrec.data.preprocess import Sequences, left_pad
 from seqrec.data.split import EvalSet
 from seqrec.errors import DataError
 from seqrec.metrics import DEFAULT_KS, paired_test, summarize
+from seqrec.progress import Progress
+from seqrec.provenance import atomic_write
 
 __all__ = [
     "N_NEGATIVES",
@@ -159,7 +160,8 @@ def evaluate(
     ranks = {p: np.zeros(n_eval, dtype=np.int64) for p in protocols}
     # Group users by history length so each batch pads little; results go back to user order.
     order = np.argsort(hist.lengths, kind="stable")
-    bar = tqdm(total=n_eval, desc=f"evaluate {eval_set.split}", unit="user", disable=not progress)
+    bar = Progress(n_eval, f"evaluate {eval_set.split}", unit="user", enabled=progress)
+    bar.note(f"evaluate {eval_set.split}: {n_eval:,} users under {', '.join(protocols)}")
     step = max(1, min(batch_size, SCORES_BYTES // (4 * (hist.n_items + 1))))
     for lo in range(0, n_eval, step):
         rows = order[lo : lo + step]
@@ -193,10 +195,9 @@ def save_ranks(report: EvalReport, path: Path, user_ids: Sequence[Any] | None = 
     `user` is the external id when `user_ids` is given, else the internal index."""
     users = report.users if user_ids is None else pl.Series(user_ids)[report.users].to_list()
     table = pl.DataFrame({"user": users, **{f"rank_{p}": r for p, r in report.ranks.items()}})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    table.write_parquet(tmp)
-    os.replace(tmp, path)
+    buf = io.BytesIO()
+    table.write_parquet(buf)
+    atomic_write(path, lambda f: f.write(buf.getvalue()))
 
 
 def load_ranks(path: Path) -> dict[str, np.ndarray]:

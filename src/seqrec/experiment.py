@@ -35,6 +35,7 @@ A spec (TOML; a path or a shipped name from `seqrec/experiments/`):
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import re
 import statistics
@@ -358,10 +359,12 @@ def run_experiment(
             )
             _write(spec, rows, root, command)
             if progress:
+                total = len(spec.points) * len(spec.seeds)
                 print(
                     f"{spec.name}: {point.label} seed {seed}: "
-                    f"{spec.metric} {rows[-1]['value']:.4f}",
+                    f"{spec.metric} {rows[-1]['value']:.4f} ({len(rows)}/{total} points done)",
                     file=sys.stderr,
+                    flush=True,
                 )
     return root / f"{spec.name}.json"
 
@@ -534,7 +537,7 @@ def _plot(spec: ExperimentSpec, summary: list[dict[str, Any]], path: Path) -> No
     ax.set_title(spec.title, fontsize=9)
     ax.legend()
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    tmp.replace(path)
+    atomic_write(path, lambda f: f.write(buf.getvalue()))

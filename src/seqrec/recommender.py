@@ -18,6 +18,7 @@ Policies (each tested):
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -36,6 +37,7 @@ from seqrec.data.io import read_interactions
 from seqrec.data.prepared import PreparedDataset, load_prepared
 from seqrec.data.preprocess import left_pad
 from seqrec.errors import ConfigError, SeqrecError
+from seqrec.provenance import atomic_write
 from seqrec.rundir import RunDir
 
 __all__ = [
@@ -427,14 +429,10 @@ def write_recommendations(
     if rec is not None and rec.metadata is not None:
         titles = [(rec.describe(i) or {}).get("title") for i in df.get_column("item")]
         df = df.with_columns(pl.Series("title", titles, dtype=pl.String))
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp")
-    try:
-        if p.suffix == ".parquet":
-            df.write_parquet(tmp)
-        else:
-            df.write_csv(tmp)
-        tmp.replace(p)
-    finally:
-        tmp.unlink(missing_ok=True)
+    buf = io.BytesIO()
+    if p.suffix == ".parquet":
+        df.write_parquet(buf)
+    else:
+        df.write_csv(buf)
+    atomic_write(p, lambda f: f.write(buf.getvalue()))
     return p

@@ -11,6 +11,7 @@ files: no other module opens one by name. (seqrec.checkpoint builds a model from
     metrics.json    validation and test metrics for every protocol, wall time, epochs, commit,
                     machine, seed
     log.jsonl       one line per epoch: loss, learning rate, sequences/s, validation metric
+    log.csv         the same, a row per epoch (for spreadsheets and plotting tools)
     code.diff       only when the run started from a checkout with uncommitted changes: that
                     change, so the run's numbers can be traced to its exact code
     sha256.json     the manifest: the sha256 of every file a loader reads (config, vocab,
@@ -40,6 +41,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import polars as pl
 import torch
 
 from seqrec.errors import ConfigError, RunError
@@ -57,9 +59,10 @@ CONFIG, VOCAB, CHECKPOINT, PREVIOUS, WEIGHTS = (
     "checkpoint.prev.pt",
     "model.pt",
 )
-METRICS, LOG, CODE_DIFF, DIGESTS, LOCK = (
+METRICS, LOG, LOG_CSV, CODE_DIFF, DIGESTS, LOCK = (
     "metrics.json",
     "log.jsonl",
+    "log.csv",
     "code.diff",
     "sha256.json",
     ".lock",
@@ -67,10 +70,10 @@ METRICS, LOG, CODE_DIFF, DIGESTS, LOCK = (
 PENDING = ".pending"  # in the manifest: the digests of files being put in place (_commit)
 RUN_MARKER = CONFIG  # the file that makes a directory a run's
 # what commands on a run write into it as outputs: seqrec's own, replaced freely
-RUN_OUTPUTS = frozenset({"attention.png", "attention.json", "model.onnx", "model.ts"})
+RUN_OUTPUTS = frozenset({"attention.png", "attention.json", "model.onnx", "model.ts", "curves.png"})
 # everything seqrec writes into a run directory (seqrec.outputs tells a run from a user's folder)
 RUN_FILES = frozenset(
-    {CONFIG, VOCAB, CHECKPOINT, PREVIOUS, WEIGHTS, METRICS, LOG, CODE_DIFF, DIGESTS, LOCK}
+    {CONFIG, VOCAB, CHECKPOINT, PREVIOUS, WEIGHTS, METRICS, LOG, LOG_CSV, CODE_DIFF, DIGESTS, LOCK}
     | RUN_OUTPUTS
 )
 
@@ -132,9 +135,25 @@ class RunDir:
     def write_metrics(self, metrics: dict[str, Any]) -> None:
         self._write_json(METRICS, metrics)
 
+    def finish(self, metrics: dict[str, Any], *, keep_checkpoints: bool = False) -> None:
+        """The run's metrics, which make it finished; its previous checkpoint is removed then
+        (a finished run is not resumed: the last one, with the run's history, is kept) unless
+        `keep_checkpoints`."""
+        self.write_metrics(metrics)
+        if not keep_checkpoints and (self.path / PREVIOUS).exists():
+            (self.path / PREVIOUS).unlink()
+            digests = self._digests(trust=True) or {}
+            digests.pop(PREVIOUS, None)
+            write_json(self.path / DIGESTS, digests)
+
     def write_log(self, history: Sequence[dict[str, Any]]) -> None:
+        """The epochs so far: log.jsonl, and log.csv (a row an epoch; the validation column
+        empty where an epoch was not validated) for spreadsheets and plotting tools."""
         text = "".join(json.dumps(h) + "\n" for h in history).encode()
         atomic_write(self.path / LOG, lambda f: f.write(text))
+        buf = io.BytesIO()
+        pl.from_dicts(list(history), infer_schema_length=None).write_csv(buf)
+        atomic_write(self.path / LOG_CSV, lambda f: f.write(buf.getvalue()))
 
     def _write_json(self, name: str, obj: Any) -> None:
         data = (json.dumps(obj, indent=2) + "\n").encode()
@@ -386,7 +405,7 @@ class RunDir:
         """Half-written temporary files of run files, left by a process killed while writing
         them (atomic_write's `.<name>.*`, the weights' `.<name>.new` and `..<name>.new.*`):
         never read, removed when the directory is taken again."""
-        names = (CONFIG, VOCAB, CHECKPOINT, WEIGHTS, METRICS, LOG, CODE_DIFF, DIGESTS)
+        names = (CONFIG, VOCAB, CHECKPOINT, WEIGHTS, METRICS, LOG, LOG_CSV, CODE_DIFF, DIGESTS)
         for p in self.path.iterdir():
             hidden = p.name.startswith(".") and p.name != LOCK
             if hidden and any(p.name.lstrip(".").startswith(f"{n}.") for n in names):

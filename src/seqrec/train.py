@@ -37,12 +37,14 @@ from seqrec.config import (
 from seqrec.config import validate as validate_config
 from seqrec.data.batches import Batch
 from seqrec.data.prepared import PreparedDataset
+from seqrec.data.split import Split
 from seqrec.errors import ConfigError, TrainingError
 from seqrec.evaluate import PROTOCOLS, parse_protocols
 from seqrec.losses import SHARED_NEGATIVE_LOSSES, LossSpec, full_cross_entropy, model_loss
 from seqrec.metrics import metric_names
 from seqrec.models.base import Sampler, SequenceModel
 from seqrec.outputs import check_out_dir
+from seqrec.progress import Progress
 from seqrec.provenance import cpu_flags, git_commit, git_diff, machine
 from seqrec.registry import entry
 from seqrec.rundir import RunDir
@@ -300,12 +302,14 @@ def fit(
     source: dict[str, Any] | None = None,
     inputs: Sequence[str | Path] = (),
     break_lock: bool = False,
+    keep_checkpoints: bool = False,
 ) -> FitResult:
     """Train `cfg.model` on `ds`; the run directory `out` receives everything (see checkpoint).
     One training at a time holds the directory (`checkpoint.run_lock`). `out` must be new or
     empty (a run directory with `resume`), and may not be or contain the prepared data or any of
     `inputs` (the source file, a run it refits). `break_lock` takes a lock that another host's
-    process left (checkpoint.run_lock)."""
+    process left (RunDir.lock). A finished run keeps its last checkpoint only, both with
+    `keep_checkpoints`."""
     run_dir = Path(out)
     if not resume:  # every value in range, the run to start from fitting, before any file
         validate_config(cfg)
@@ -316,7 +320,15 @@ def fit(
     check_run_out(run_dir, resume=resume, inputs=[ds.path, *inputs])
     run = RunDir(run_dir)
     with run.lock(break_lock=break_lock):
-        return _fit(ds, cfg, run, resume=resume, progress=progress, source=source)
+        return _fit(
+            ds,
+            cfg,
+            run,
+            resume=resume,
+            progress=progress,
+            source=source,
+            keep_checkpoints=keep_checkpoints,
+        )
 
 
 def check_run_out(out: Path, *, resume: bool, inputs: Sequence[str | Path] = ()) -> None:
@@ -369,6 +381,7 @@ def _fit(
     resume: bool,
     progress: bool,
     source: dict[str, Any] | None,
+    keep_checkpoints: bool = False,
 ) -> FitResult:
     state = run.checkpoint() if resume else None
     if resume:
@@ -491,13 +504,12 @@ def _fit(
     # A time budget ends the run: the bar counts its seconds (a step count would promise an end
     # the clock never lets the run reach); otherwise it counts batches to the last step.
     timed = math.isfinite(budget)
-    bar = tqdm(
-        total=int(budget) if timed else total_steps,
+    bar = Progress(
+        int(budget) if timed else total_steps,
+        f"train {cfg.model}",
         initial=int(min(elapsed, budget)) if timed else step,
-        desc=f"train {cfg.model}",
-        unit="batch",
-        disable=not progress,
-        dynamic_ncols=True,
+        unit="s" if timed else "batch",
+        enabled=progress,
         bar_format=(
             "{desc}: {percentage:3.0f}%|{bar}| {n}/{total} s of the time budget "
             "[{elapsed}<{remaining}{postfix}]"
@@ -572,7 +584,7 @@ def _fit(
         elapsed = time.perf_counter() - started
         line["elapsed_s"] = elapsed
         history.append(line)
-        bar.set_postfix(
+        bar.report(
             epoch=epoch,
             loss=f"{line['loss']:.3f}",
             val=f"{best['metric']:.4f}" if best["epoch"] >= 0 else "-",
@@ -603,6 +615,13 @@ def _fit(
         if t.patience and bad >= t.patience:
             stopped = "early_stopping"
             break
+    splits: tuple[Split, ...] = ("valid", "test") if validating else ("test",)
+    protocols = cfg.eval.protocols or PROTOCOLS
+    bar.note(
+        f"stopped ({stopped}) after {len(history)} epochs; evaluating epoch "
+        f"{best['epoch'] if validating else len(history) - 1} on {' and '.join(splits)} "
+        f"({', '.join(protocols)}, {ds.n_users:,} users)"
+    )
     bar.close()
 
     # The test split, once, with the state chosen on validation (train+valid: the last state).
@@ -612,11 +631,11 @@ def _fit(
         model.load_state_dict(best["state"])
     model.eval()
     metrics: dict[str, Any] = {"model": cfg.model, "dataset": ds.name}
-    for split in ("valid", "test") if validating else ("test",):
+    for split in splits:
         report = ds.evaluate(
             evaluator,
             split,
-            protocols=cfg.eval.protocols or PROTOCOLS,
+            protocols=protocols,
             ks=cfg.eval.ks,
             batch_size=cfg.eval.batch_size,
             device=device,
@@ -648,7 +667,7 @@ def _fit(
         }
     )
     run.save_model(model.state_dict())
-    run.write_metrics(metrics)
+    run.finish(metrics, keep_checkpoints=keep_checkpoints)
     return FitResult(run.path, model, metrics)
 
 

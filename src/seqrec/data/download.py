@@ -22,10 +22,12 @@ import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from tqdm import tqdm
 
 from seqrec.errors import DownloadError
+from seqrec.provenance import atomic_write
 
 __all__ = ["DATASETS", "DatasetSource", "cache_dir", "dataset_path", "download_file", "fetch"]
 
@@ -220,14 +222,12 @@ def _extract(source: DatasetSource, archive: Path, root: Path) -> None:
                 dest = root / member
                 if not dest.resolve().is_relative_to(root.resolve()):
                     raise DownloadError(f"{archive}: member {member!r} escapes the dataset folder")
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
-                try:
-                    with os.fdopen(fd, "wb") as out, zf.open(member) as src:
+                with zf.open(member) as src:
+
+                    def copy(out: IO[bytes], src: IO[bytes] = src) -> None:
                         shutil.copyfileobj(src, out)
-                    os.replace(tmp_name, dest)
-                finally:
-                    Path(tmp_name).unlink(missing_ok=True)
+
+                    atomic_write(dest, copy)
     except zipfile.BadZipFile:
         raise DownloadError(
             f"{archive}: not a valid zip archive; delete it and download again"
@@ -277,7 +277,6 @@ def fetch(
     if source.is_zip:
         _extract(source, archive, root / "datasets" / source.name)
     else:
-        tmp = target.with_name(f".{target.name}.tmp")
-        shutil.copyfile(archive, tmp)
-        os.replace(tmp, target)
+        with archive.open("rb") as src:
+            atomic_write(target, lambda out: shutil.copyfileobj(src, out))
     return target

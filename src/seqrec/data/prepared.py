@@ -45,6 +45,7 @@ from seqrec.data.split import LeaveOneOut, Split, leave_one_out
 from seqrec.errors import ConfigError, DataError
 from seqrec.metrics import DEFAULT_KS
 from seqrec.outputs import check_out_dir, dir_kind
+from seqrec.progress import Progress
 
 if TYPE_CHECKING:
     from seqrec.evaluate import EvalReport, Scorer
@@ -240,6 +241,8 @@ def prepare(
                 f"--out {out}: holds a dataset prepared from another source or settings; "
                 "--force replaces it"
             )
+    stages = Progress(0, f"prepare {name}", enabled=progress)
+    stages.note(f"prepare {name}: reading {source} ({source.stat().st_size / 2**20:,.1f} MiB)")
     df = read_interactions(
         source,
         fmt,
@@ -262,6 +265,7 @@ def prepare(
         eval_cfg=eval_cfg,
         kcore=kcore,
         replace=True,  # checked above
+        progress=progress,
     )
 
 
@@ -282,6 +286,7 @@ def prepare_frame(
     eval_cfg: EvalConfig | None = None,
     kcore: tuple[int, int] | None = None,
     replace: bool = False,
+    progress: bool = False,
 ) -> PreparedDataset:
     """Prepare an in-memory interactions table (e.g. synthetic data) into `out`; `kcore`
     (users, items) defaults to the configured thresholds, 5 where unset. `out` must be new,
@@ -293,10 +298,17 @@ def prepare_frame(
     eval_cfg = eval_cfg or EvalConfig()
     key = key or {"source": {"in_memory": name}, **_settings(data_cfg, eval_cfg)}
     min_user, min_item = kcore or kcore_thresholds(data_cfg, None)
+    stages = Progress(0, f"prepare {name}", enabled=progress)
+    stages.note(
+        f"prepare {name}: {interactions.height:,} interactions: time order, "
+        f"{min_user}/{min_item}-core, ids"
+    )
     pre = preprocess(interactions, min_user_interactions=min_user, min_item_interactions=min_item)
+    stages.note(f"prepare {name}: sampling the candidates of {pre.sequences.n_users:,} users")
     negatives = _sample_all(pre, eval_cfg)
     manifest = {"name": name, "key": key, "stats": dataset_stats(pre.sequences)}
     _write_atomically(out, pre, manifest, negatives)
+    stages.note(f"prepare {name}: written to {out}")
     return load_prepared(out)
 
 
