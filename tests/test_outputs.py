@@ -252,3 +252,21 @@ def test_an_invalid_value_leaves_no_directory_and_the_same_out_then_works(
     _refused([*argv, *tiny, "--set", bad], capsys, bad.split("=")[0].split(".")[-1])
     assert not out.exists()
     assert main([*argv, *tiny]) == 0 and (out / "model.pt").exists()
+
+
+@pytest.mark.parametrize(
+    ("model", "bad"),
+    [
+        ("caser", "next_item.pack=true"),  # a whole-row model cannot pack rows
+        ("bert4rec", 'train.val_metric="ndcg@20"'),
+        ("sasrec", 'train.decay="budget"'),
+    ],
+)
+def test_an_incompatible_setting_leaves_no_directory(
+    model: str, bad: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = _log(tmp_path / "data")
+    out = tmp_path / "run"
+    argv = ["train", model, "--data", str(src), "--out", str(out), "--quiet", "--set", bad]
+    _refused(argv, capsys, bad.split("=")[0].split(".")[-1])
+    assert not out.exists()

@@ -17,7 +17,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -313,6 +313,7 @@ def fit(
     run_dir = Path(out)
     if not resume:  # every value in range, the run to start from fitting, before any file
         validate_config(cfg)
+        check_training(cfg, ds)
         if cfg.train.init_from:
             with torch.device("meta"):
                 shaped = ckpt.build_model(cfg, ds.n_items, ds.n_users)
@@ -373,6 +374,33 @@ def train_or_reuse(
     return fit(data, cfg, out, resume=resume, progress=progress, source=source).metrics
 
 
+def check_training(cfg: RunConfig, ds: PreparedDataset) -> None:
+    """What a training needs of its config beyond the ranges of `config.validate`: a known
+    model, a validation metric among those computed, a loss its settings make, a decay that can
+    end, nothing stopping early on validation targets it trains on. One ConfigError line,
+    before any file is written."""
+    t = cfg.train
+    entry(cfg.model)  # an unknown model is a ConfigError
+    parse_protocols(t.val_protocol)
+    names = metric_names(cfg.eval.ks)
+    if t.val_metric not in names:
+        raise ConfigError(f"train.val_metric {t.val_metric!r} is not one of {', '.join(names)}")
+    if t.time_budget:
+        parse_duration(t.time_budget)
+    loss_spec(_with_precision(cfg, False, False), ds.n_items)  # its checks, before any file
+    if t.decay == "budget" and not t.time_budget:
+        raise ConfigError('train.decay = "budget" needs train.time_budget')
+    if not 0.0 <= t.decay_start < 1.0:
+        raise ConfigError(f"train.decay_start must be in [0, 1), got {t.decay_start}")
+    # train+valid: the validation targets are training targets, so nothing is validated and
+    # the last state is the tested one
+    if t.train_on != "train" and t.patience:
+        raise ConfigError(
+            f'train.train_on = "{t.train_on}" trains on the validation targets, so nothing can '
+            f"stop early on them: set train.patience = 0 (got {t.patience})"
+        )
+
+
 def _fit(
     ds: PreparedDataset,
     cfg: RunConfig,
@@ -383,6 +411,7 @@ def _fit(
     source: dict[str, Any] | None,
     keep_checkpoints: bool = False,
 ) -> FitResult:
+    """Open the run (or resume it), set the training up, run the loop, test the chosen state."""
     state = run.checkpoint() if resume else None
     if resume:
         if not run.started:
@@ -395,55 +424,13 @@ def _fit(
     cfg = validate_config(apply_short_budget(cfg, lambda base: epochs_bought(ds, base)))
     if measuring and progress:
         tqdm.write(_decided(cfg), file=sys.stderr)
-    t = cfg.train
-    entry(cfg.model)  # an unknown model is a ConfigError
-    val_protocol = parse_protocols(t.val_protocol)[0]
-    names = metric_names(cfg.eval.ks)
-    if t.val_metric not in names:
-        raise ConfigError(f"train.val_metric {t.val_metric!r} is not one of {', '.join(names)}")
-    budget = parse_duration(t.time_budget) if t.time_budget else math.inf
-    loss_spec(_with_precision(cfg, False, False), ds.n_items)  # its checks, before any file
-    if t.decay == "budget" and not t.time_budget:
-        raise ConfigError('train.decay = "budget" needs train.time_budget')
-    if not 0.0 <= t.decay_start < 1.0:
-        raise ConfigError(f"train.decay_start must be in [0, 1), got {t.decay_start}")
-    # train+valid: the validation targets are training targets, so nothing is validated and
-    # the last state is the tested one
-    validating = t.train_on == "train"
-    if not validating and t.patience:
-        raise ConfigError(
-            f'train.train_on = "{t.train_on}" trains on the validation targets, so nothing can '
-            f"stop early on them: set train.patience = 0 (got {t.patience})"
-        )
-    device = resolve_device(t.device)
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = t.tf32
-        torch.backends.cudnn.allow_tf32 = t.tf32
-    if t.threads > 0:
-        torch.set_num_threads(t.threads)
-
+    check_training(cfg, ds)
+    device = resolve_device(cfg.train.device)
+    _process_settings(cfg.train, device)
     commit = state["git_commit"] if state and "git_commit" in state else git_commit()
-    if state is None:
-        # the run records the settings its data was prepared with (a DataFrame or a file with
-        # its own columns prepared from Python): what `evaluate`/`refit` on it prepare again
-        settings = ds.data_settings()
-        if settings is not None and settings != cfg.data:
-            cfg = dataclasses.replace(cfg, data=settings)
-        train_items = ds.split.training(t.train_on).items
-        popularity = np.bincount(train_items, minlength=ds.n_items + 1).tolist()
-        recorded = {**(source or {}), "prepared": str(ds.path)}
-        origin = (ds.manifest.get("key") or {}).get("source") or {}
-        if "data" not in recorded and "path" in origin:  # fit from Python: the file it read
-            recorded["data"] = origin["path"]
-        run.start(
-            {**cfg.to_dict(), "source": recorded},
-            # the training popularity: the ranking a recommender gives an empty history
-            {"items": ds.item_ids, "popularity": popularity, "n_users": ds.n_users},
-            code_diff=git_diff(),
-        )
-    else:
+    if state is not None:
         run.check_items(ds.item_ids)
-
+    # the model, its batches, loss and optimiser first: what they refuse leaves no file behind
     training = setup(
         ds,
         cfg,
@@ -451,17 +438,95 @@ def _fit(
         fresh=state is None,
         precision=state.get("precision") if state is not None else None,
     )
-    cfg, model, sampler, optimizer = (
-        training.cfg,
-        training.model,
-        training.sampler,
-        training.optimizer,
+    if state is None:
+        _start(run, ds, cfg, source)
+    loop = _LoopState.restored(state, training) if state is not None else _LoopState()
+    stopped = _train(training, ds, run, loop, device=device, commit=commit, progress=progress)
+    metrics = _test(training, ds, loop, stopped, device=device, commit=commit)
+    run.save_model(training.model.state_dict())
+    run.finish(metrics, keep_checkpoints=keep_checkpoints)
+    return FitResult(run.path, training.model, metrics)
+
+
+def _process_settings(t: TrainConfig, device: torch.device) -> None:
+    """The process-wide torch settings a run asks for: TF32 on CUDA, the CPU threads."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = t.tf32
+        torch.backends.cudnn.allow_tf32 = t.tf32
+    if t.threads > 0:
+        torch.set_num_threads(t.threads)
+
+
+def _start(run: RunDir, ds: PreparedDataset, cfg: RunConfig, source: dict[str, Any] | None) -> None:
+    """A new run's first files. Its config records the data settings `ds` was prepared with
+    (a DataFrame or a file with its own columns prepared from Python is prepared the same way
+    again by `evaluate`/`refit` on the run)."""
+    settings = ds.data_settings()
+    if settings is not None and settings != cfg.data:
+        cfg = dataclasses.replace(cfg, data=settings)
+    train_items = ds.split.training(cfg.train.train_on).items
+    popularity = np.bincount(train_items, minlength=ds.n_items + 1).tolist()
+    recorded = {**(source or {}), "prepared": str(ds.path)}
+    origin = (ds.manifest.get("key") or {}).get("source") or {}
+    if "data" not in recorded and "path" in origin:  # fit from Python: the file it read
+        recorded["data"] = origin["path"]
+    run.start(
+        {**cfg.to_dict(), "source": recorded},
+        # the training popularity: the ranking a recommender gives an empty history
+        {"items": ds.item_ids, "popularity": popularity, "n_users": ds.n_users},
+        code_diff=git_diff(),
     )
-    precision, precision_s = training.precision, training.precision_s
-    t = cfg.train
-    total_steps = t.max_epochs * len(sampler)
-    if t.max_steps > 0:
-        total_steps = min(total_steps, t.max_steps)
+
+
+@dataclass
+class _LoopState:
+    """Where a training loop stands: what a checkpoint saves and `--resume` restores."""
+
+    history: list[dict[str, Any]] = field(default_factory=list)
+    best: dict[str, Any] = field(
+        default_factory=lambda: {"metric": -math.inf, "epoch": -1, "state": None}
+    )
+    start_epoch: int = 0
+    step: int = 0
+    elapsed: float = 0.0
+    bad: int = 0
+    started: float = 0.0  # time.perf_counter() at the run's start, its resumed time counted
+
+    @classmethod
+    def restored(cls, state: dict[str, Any], training: Training) -> _LoopState:
+        training.model.load_state_dict(state["model"])
+        training.optimizer.load_state_dict(state["optimizer"])
+        return cls(
+            history=state["history"],
+            best={**state["best"], "state": state["best_state"]},
+            start_epoch=state["epoch"] + 1,
+            step=state["step"],
+            elapsed=state["elapsed"],
+            bad=state["bad"],
+        )
+
+    def checkpoint(
+        self, training: Training, epoch: int, commit: str, precision: dict[str, Any]
+    ) -> dict[str, Any]:
+        return {
+            "model": training.model.state_dict(),
+            "optimizer": training.optimizer.state_dict(),
+            "epoch": epoch,
+            "step": self.step,
+            "elapsed": self.elapsed,
+            "bad": self.bad,
+            "history": self.history,
+            "best": {k: v for k, v in self.best.items() if k != "state"},
+            "best_state": self.best["state"],
+            "git_commit": commit,  # the code the run started with
+            "precision": precision,
+        }
+
+
+def _schedule(training: Training, total_steps: int, budget: float) -> Callable[[int, float], float]:
+    """set_lr(step, seconds): the learning rate of the update about to be made, set on the
+    optimiser (warm-up, then the decay by steps, by the budget's seconds, or none)."""
+    t = training.cfg.train
 
     def set_lr(step: int, seconds: float) -> float:
         if t.decay == "none":
@@ -471,82 +536,63 @@ def _fit(
         else:  # by steps; the decay starts after the warm-up
             progress = (step - t.warmup_steps) / max(1, total_steps - t.warmup_steps)
         lr = t.lr * lr_factor(step, t.warmup_steps, progress, t.decay_shape, t.decay_start)
-        for group in optimizer.param_groups:
+        for group in training.optimizer.param_groups:
             group["lr"] = lr
         return lr
 
-    history: list[dict[str, Any]] = []
-    best: dict[str, Any] = {"metric": -math.inf, "epoch": -1, "state": None}
-    start_epoch, step, elapsed, bad = 0, 0, 0.0, 0
-    if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        start_epoch, step, elapsed = state["epoch"] + 1, state["step"], state["elapsed"]
-        bad, history = state["bad"], state["history"]
-        best = {**state["best"], "state": state["best_state"]}
+    return set_lr
 
-    evaluator = ModelScorer(model, _resolved(t.bf16, "bf16"), device)
 
-    def validate() -> float:
-        model.eval()
-        report = ds.evaluate(
-            evaluator,
-            "valid",
-            protocols=(val_protocol,),
-            ks=cfg.eval.ks,
-            batch_size=cfg.eval.batch_size,
-            device=device,
-        )
-        model.train()
-        return float(report.metrics[val_protocol][t.val_metric])
-
+def _train(
+    training: Training,
+    ds: PreparedDataset,
+    run: RunDir,
+    loop: _LoopState,
+    *,
+    device: torch.device,
+    commit: str,
+    progress: bool,
+) -> str:
+    """The loop: epochs of updates, each epoch logged and checkpointed, validated every
+    `eval_every` (the best state kept), until the epochs, the steps or the budget end or
+    validation stops improving. Returns why it stopped."""
+    cfg, model, sampler = training.cfg, training.model, training.sampler
+    t = cfg.train
+    budget = parse_duration(t.time_budget) if t.time_budget else math.inf
+    total_steps = t.max_epochs * len(sampler)
+    if t.max_steps > 0:
+        total_steps = min(total_steps, t.max_steps)
+    set_lr = _schedule(training, total_steps, budget)
+    val_protocol = parse_protocols(t.val_protocol)[0]
+    validating = t.train_on == "train"
     stopped = "max_epochs"
-    # A time budget ends the run: the bar counts its seconds (a step count would promise an end
-    # the clock never lets the run reach); otherwise it counts batches to the last step.
     timed = math.isfinite(budget)
-    bar = Progress(
-        int(budget) if timed else total_steps,
-        f"train {cfg.model}",
-        initial=int(min(elapsed, budget)) if timed else step,
-        unit="s" if timed else "batch",
-        enabled=progress,
-        bar_format=(
-            "{desc}: {percentage:3.0f}%|{bar}| {n}/{total} s of the time budget "
-            "[{elapsed}<{remaining}{postfix}]"
-            if timed
-            else None
-        ),
-    )
-    started = time.perf_counter() - elapsed
+    bar = _bar(cfg, budget, total_steps, loop, progress)
+    loop.started = started = time.perf_counter() - loop.elapsed
     model.train()
-    for epoch in range(start_epoch, t.max_epochs):
+    for epoch in range(loop.start_epoch, t.max_epochs):
         torch.manual_seed(int(np.random.SeedSequence([t.seed, epoch]).generate_state(1)[0]))
         epoch_start, loss_sum, n_batches, n_seq, lr = time.perf_counter(), 0.0, 0, 0, 0.0
         cpu_start = time.process_time()
         out_of_time = False
         for batch in sampler.epoch(epoch):
-            lr = set_lr(step, time.perf_counter() - started)
+            lr = set_lr(loop.step, time.perf_counter() - started)
             loss = training.step(batch)
-            step += 1
+            loop.step += 1
             if not math.isfinite(loss):
                 bar.close()
                 raise TrainingError(
-                    f"{run.path}: the training loss is {loss} at epoch {epoch}, step {step}; "
-                    f"training stopped, the checkpoint of the last finished epoch is kept "
-                    f"(try a lower train.lr)"
+                    f"{run.path}: the training loss is {loss} at epoch {epoch}, step "
+                    f"{loop.step}; training stopped, the checkpoint of the last finished epoch "
+                    "is kept (try a lower train.lr)"
                 )
-            loss_sum += loss
-            n_batches += 1
-            n_seq += batch.size
+            loss_sum, n_batches, n_seq = loss_sum + loss, n_batches + 1, n_seq + batch.size
             now = time.perf_counter() - started
-            if timed:
-                bar.update(max(0, int(min(now, budget)) - bar.n))
-            else:
-                bar.update(1)
+            bar.update(max(0, int(min(now, budget)) - bar.n) if timed else 1)
             if now > budget:
                 out_of_time = True
                 break
-            if step >= total_steps:  # train.max_steps reached (mid-epoch)
+            if loop.step >= total_steps:  # train.max_steps reached (mid-epoch)
                 break
         seconds = time.perf_counter() - epoch_start
         cpu_seconds = time.process_time() - cpu_start
@@ -558,7 +604,7 @@ def _fit(
             )
         line: dict[str, Any] = {
             "epoch": epoch,
-            "step": step,
+            "step": loop.step,
             "loss": loss_sum / max(1, n_batches),
             "lr": lr,
             "sequences": n_seq,
@@ -568,107 +614,153 @@ def _fit(
             # cores to itself, well below when another job shared them (its timing is then low)
             "cpu_util": cpu_seconds / max(seconds * torch.get_num_threads(), 1e-9),
         }
-        last = epoch == t.max_epochs - 1 or step >= total_steps
+        last = epoch == t.max_epochs - 1 or loop.step >= total_steps
         if validating and ((epoch + 1) % t.eval_every == 0 or last or out_of_time):
-            value = validate()  # of a finite state (checked above): never a diverged one
+            # of a finite state (checked above): never a diverged one
+            value = _validate(training, ds, device)
             line[f"valid_{val_protocol}_{t.val_metric}"] = value
-            if value > best["metric"]:
-                best = {
+            if value > loop.best["metric"]:
+                loop.best = {
                     "metric": value,
                     "epoch": epoch,
                     "state": copy.deepcopy(model.state_dict()),
                 }
-                bad = 0
+                loop.bad = 0
             else:
-                bad += 1
-        elapsed = time.perf_counter() - started
-        line["elapsed_s"] = elapsed
-        history.append(line)
+                loop.bad += 1
+        loop.elapsed = time.perf_counter() - started
+        line["elapsed_s"] = loop.elapsed
+        loop.history.append(line)
         bar.report(
             epoch=epoch,
             loss=f"{line['loss']:.3f}",
-            val=f"{best['metric']:.4f}" if best["epoch"] >= 0 else "-",
+            val=f"{loop.best['metric']:.4f}" if loop.best["epoch"] >= 0 else "-",
             seq_s=f"{line['seq_per_s']:.0f}",
         )
-        run.write_log(history)
-        run.save_checkpoint(
-            {
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "epoch": epoch,
-                "step": step,
-                "elapsed": elapsed,
-                "bad": bad,
-                "history": history,
-                "best": {k: v for k, v in best.items() if k != "state"},
-                "best_state": best["state"],
-                "git_commit": commit,  # the code the run started with
-                "precision": precision,
-            },
-        )
+        run.write_log(loop.history)
+        run.save_checkpoint(loop.checkpoint(training, epoch, commit, training.precision))
         if out_of_time:
             stopped = "time_budget"
             break
-        if step >= total_steps:
+        if loop.step >= total_steps:
             stopped = "max_steps" if t.max_steps else "max_epochs"
             break
-        if t.patience and bad >= t.patience:
+        if t.patience and loop.bad >= t.patience:
             stopped = "early_stopping"
             break
-    splits: tuple[Split, ...] = ("valid", "test") if validating else ("test",)
-    protocols = cfg.eval.protocols or PROTOCOLS
     bar.note(
-        f"stopped ({stopped}) after {len(history)} epochs; evaluating epoch "
-        f"{best['epoch'] if validating else len(history) - 1} on {' and '.join(splits)} "
-        f"({', '.join(protocols)}, {ds.n_users:,} users)"
+        f"stopped ({stopped}) after {len(loop.history)} epochs; evaluating epoch "
+        f"{loop.best['epoch'] if validating else len(loop.history) - 1} on "
+        f"{' and '.join(_test_splits(cfg))} ({', '.join(cfg.eval.protocols or PROTOCOLS)}, "
+        f"{ds.n_users:,} users)"
     )
     bar.close()
+    return stopped
 
-    # The test split, once, with the state chosen on validation (train+valid: the last state).
+
+def _bar(
+    cfg: RunConfig, budget: float, total_steps: int, loop: _LoopState, progress: bool
+) -> Progress:
+    """A time budget ends the run: the bar counts its seconds (a step count would promise an
+    end the clock never lets the run reach); otherwise it counts batches to the last step."""
+    timed = math.isfinite(budget)
+    return Progress(
+        int(budget) if timed else total_steps,
+        f"train {cfg.model}",
+        initial=int(min(loop.elapsed, budget)) if timed else loop.step,
+        unit="s" if timed else "batch",
+        enabled=progress,
+        bar_format=(
+            "{desc}: {percentage:3.0f}%|{bar}| {n}/{total} s of the time budget "
+            "[{elapsed}<{remaining}{postfix}]"
+            if timed
+            else None
+        ),
+    )
+
+
+def _validate(training: Training, ds: PreparedDataset, device: torch.device) -> float:
+    """The validation metric of the model as it stands (back in training mode after)."""
+    cfg, model = training.cfg, training.model
+    t = cfg.train
+    protocol = parse_protocols(t.val_protocol)[0]
+    model.eval()
+    report = ds.evaluate(
+        training.scorer(device),
+        "valid",
+        protocols=(protocol,),
+        ks=cfg.eval.ks,
+        batch_size=cfg.eval.batch_size,
+        device=device,
+    )
+    model.train()
+    return float(report.metrics[protocol][t.val_metric])
+
+
+def _test_splits(cfg: RunConfig) -> tuple[Split, ...]:
+    """What the chosen state is evaluated on: validation and test (nothing was validated when
+    it trained on train+valid: test only)."""
+    return ("valid", "test") if cfg.train.train_on == "train" else ("test",)
+
+
+def _test(
+    training: Training,
+    ds: PreparedDataset,
+    loop: _LoopState,
+    stopped: str,
+    *,
+    device: torch.device,
+    commit: str,
+) -> dict[str, Any]:
+    """The test split, once, with the state chosen on validation (train+valid: the last
+    state), and everything metrics.json records of the run."""
+    cfg, model = training.cfg, training.model
+    t = cfg.train
+    validating = t.train_on == "train"
+    best = loop.best
     if not validating:
-        best = {"metric": math.nan, "epoch": len(history) - 1, "state": None}
+        best = {"metric": math.nan, "epoch": len(loop.history) - 1, "state": None}
     if best["state"] is not None:
         model.load_state_dict(best["state"])
     model.eval()
     metrics: dict[str, Any] = {"model": cfg.model, "dataset": ds.name}
-    for split in splits:
+    for split in _test_splits(cfg):
         report = ds.evaluate(
-            evaluator,
+            training.scorer(device),
             split,
-            protocols=protocols,
+            protocols=cfg.eval.protocols or PROTOCOLS,
             ks=cfg.eval.ks,
             batch_size=cfg.eval.batch_size,
             device=device,
         )
         metrics[split] = report.metrics
-    epochs_run = len(history)
+    history = loop.history
     train_seconds = sum(h["epoch_s"] for h in history)
     n_samples = sum(h["sequences"] for h in history)
+    val_protocol = parse_protocols(t.val_protocol)[0]
     metrics.update(
         {
             "best_epoch": best["epoch"],
-            "epochs": epochs_run,
-            "steps": step,
+            "epochs": len(history),
+            "steps": loop.step,
             "stopped": stopped,
             "selected_on": f"valid {val_protocol} {t.val_metric}"
             if validating
             else "being the last (train.train_on = train+valid)",
             "train_on": t.train_on,
-            "wall_time_s": time.perf_counter() - started,
+            "wall_time_s": time.perf_counter() - loop.started,
             "train_time_s": train_seconds,
             "seq_per_s": n_samples / max(train_seconds, 1e-9),
             "cpu_util": _cpu_util(history),
             "seed": t.seed,
             "negative_seed": cfg.eval.negative_seed,  # the stored candidates' seed
-            "precision": {**precision, "decided_in_s": precision_s},
+            "precision": {**training.precision, "decided_in_s": training.precision_s},
             "device": str(device),
             "git_commit": commit,
             "machine": machine(),
         }
     )
-    run.save_model(model.state_dict())
-    run.finish(metrics, keep_checkpoints=keep_checkpoints)
-    return FitResult(run.path, model, metrics)
+    return metrics
 
 
 def _cpu_util(history: list[dict[str, Any]]) -> float | None:
@@ -709,6 +801,11 @@ class Training:
     def step(self, batch: Batch) -> float:
         """One update on `batch`; returns its loss."""
         return train_step(self.model, self.spec, batch, self.optimizer, self.cfg.train, self.device)
+
+    def scorer(self, device: torch.device | None = None) -> ModelScorer:
+        """The model as evaluation scores with it (under its decided bf16)."""
+        bf16 = _resolved(self.cfg.train.bf16, "bf16")
+        return ModelScorer(self.model, bf16, device or self.device)
 
 
 def setup(
