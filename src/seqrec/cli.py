@@ -112,6 +112,27 @@ def _add_data_flags(
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
+def _add_run_out_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of a command that trains into a run directory (train, refit)."""
+    p.add_argument(
+        "--break-lock",
+        action="store_true",
+        help="take the run's lock that a process on another host left (it must have stopped)",
+    )
+    p.add_argument(
+        "--keep-checkpoints",
+        action="store_true",
+        help="a finished run keeps both its last checkpoints (default: the last only)",
+    )
+
+
+def _add_trust_flag(p: argparse.ArgumentParser) -> None:
+    """The flag of a command that reads a run: load one without a manifest."""
+    p.add_argument(
+        "--trust", action="store_true", help="load a run that has no manifest (sha256.json)"
+    )
+
+
 def _add_kcore_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--min-user-interactions",
@@ -729,16 +750,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_flags(p, out_help="the run directory (created; must be new unless --resume)")
     p.add_argument("--time-budget", metavar="DURATION", help="wall clock for training: 20m, 1h")
     p.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
-    p.add_argument(
-        "--break-lock",
-        action="store_true",
-        help="take the run's lock that a process on another host left (it must have stopped)",
-    )
-    p.add_argument(
-        "--keep-checkpoints",
-        action="store_true",
-        help="a finished run keeps both its last checkpoints (default: the last only)",
-    )
+    _add_run_out_flags(p)
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser(
@@ -752,19 +764,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="prepare again even if unchanged")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--resume", action="store_true", help="continue the interrupted refit in --out")
-    p.add_argument(
-        "--trust", action="store_true", help="load a run that has no manifest (sha256.json)"
-    )
-    p.add_argument(
-        "--break-lock",
-        action="store_true",
-        help="take the run's lock that a process on another host left (it must have stopped)",
-    )
-    p.add_argument(
-        "--keep-checkpoints",
-        action="store_true",
-        help="a finished run keeps both its last checkpoints (default: the last only)",
-    )
+    _add_trust_flag(p)
+    _add_run_out_flags(p)
     p.set_defaults(func=cmd_refit)
 
     p = sub.add_parser("evaluate", help="evaluate a model under full / uni100 / pop100")
@@ -776,9 +777,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", help="comma-separated cut-offs (default 1,5,10)")
     p.add_argument("--save-ranks", metavar="FILE.parquet", help="write every user's rank")
     p.add_argument("--json", action="store_true")
-    p.add_argument(
-        "--trust", action="store_true", help="load a run that has no manifest (sha256.json)"
-    )
+    _add_trust_flag(p)
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("significance", help="paired t-test and Wilcoxon between two rank files")
@@ -797,9 +796,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", help="comma-separated cut-offs (default 1,5,10)")
     p.add_argument("--metric", default="ndcg@10", help="per-user metric of the paired tests")
     p.add_argument("--json", action="store_true")
-    p.add_argument(
-        "--trust", action="store_true", help="load a run that has no manifest (sha256.json)"
-    )
+    _add_trust_flag(p)
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("recommend", help="top-k items for a history, a user, or a file of them")
@@ -816,9 +813,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--items", help="item metadata (MovieLens movies.dat) for titles")
     p.add_argument("--json", action="store_true")
     p.add_argument("--quiet", action="store_true")
-    p.add_argument(
-        "--trust", action="store_true", help="load a run that has no manifest (sha256.json)"
-    )
+    _add_trust_flag(p)
     p.set_defaults(func=cmd_recommend)
 
     p = sub.add_parser("serve", help="serve a run over HTTP (needs the serve extra)")
@@ -856,9 +851,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="allow a --host other than the loopback without --api-key-env",
     )
-    p.add_argument(
-        "--trust", action="store_true", help="load a run that has no manifest (sha256.json)"
-    )
+    _add_trust_flag(p)
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser(
@@ -869,9 +862,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--users", help="comma-separated user ids (default: every test user)")
     p.add_argument("--last", type=int, default=10, help="positions from the end (10)")
     p.add_argument("--figure", help="the PNG (default: attention.png in the run); JSON beside it")
-    p.add_argument(
-        "--trust", action="store_true", help="load a run that has no manifest (sha256.json)"
-    )
+    _add_trust_flag(p)
     p.set_defaults(func=cmd_attention)
 
     p = sub.add_parser(
@@ -925,9 +916,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=list(FORMATS), default="onnx")
     p.add_argument("--out", help="the file (default: model.onnx / model.ts in the run)")
     p.add_argument("--force", action="store_true", help="replace an existing --out file")
-    p.add_argument(
-        "--trust", action="store_true", help="load a run that has no manifest (sha256.json)"
-    )
+    _add_trust_flag(p)
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser(
