@@ -542,6 +542,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         options=options,
         trust=args.trust,
         insecure=args.insecure,
+        device=str(resolve_device(args.device)),
     )
     return 0
 
@@ -821,6 +822,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--workers", type=int, default=1, help="processes, each loads the model")
+    p.add_argument(
+        "--device", default="cpu", help="where the model scores: cpu (default), cuda, auto"
+    )
     p.add_argument("--unknown", choices=["drop", "reject"], default="drop")
     p.add_argument("--max-history", type=int, default=10_000, help="longest history accepted")
     p.add_argument("--max-batch", type=int, default=1024, help="histories per batch request")

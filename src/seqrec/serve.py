@@ -48,6 +48,7 @@ RUN_ENV = "SEQREC_SERVE_RUN"  # how `--workers N` processes learn what to load
 OPTIONS_ENV = "SEQREC_SERVE_OPTIONS"  # ... and with which options (JSON)
 UNKNOWN_ENV = "SEQREC_SERVE_UNKNOWN"
 TRUST_ENV = "SEQREC_SERVE_TRUST"  # "1": load a run without a manifest
+DEVICE_ENV = "SEQREC_SERVE_DEVICE"  # where each worker scores
 
 
 @dataclass(frozen=True)
@@ -327,6 +328,7 @@ def app_from_env() -> Any:
         run,
         unknown=os.environ.get(UNKNOWN_ENV, "drop"),  # type: ignore[arg-type]
         trust=bool(os.environ.get(TRUST_ENV)),
+        device=os.environ.get(DEVICE_ENV) or "cpu",
     )
     raw = json.loads(os.environ.get(OPTIONS_ENV, "{}"))
     raw["cors_origins"] = tuple(raw.get("cors_origins", ()))
@@ -390,10 +392,11 @@ def serve(
     log_level: str = "info",
     trust: bool = False,
     insecure: bool = False,
+    device: str = "cpu",
 ) -> None:
     """Load the run once (per worker process) and serve it until interrupted (SIGINT/SIGTERM:
-    in-flight requests finish first). A `host` other than the loopback needs a token in
-    `options` unless `insecure`."""
+    in-flight requests finish first) on `device`. A `host` other than the loopback needs a
+    token in `options` unless `insecure`."""
     _, _, uvicorn = _imports()
     from seqrec.http_guard import GuardedH11Protocol
 
@@ -403,6 +406,7 @@ def serve(
         os.environ[RUN_ENV] = str(Path(run_dir).resolve())
         os.environ[UNKNOWN_ENV] = unknown
         os.environ[TRUST_ENV] = "1" if trust else ""
+        os.environ[DEVICE_ENV] = device
         os.environ[OPTIONS_ENV] = json.dumps(dataclasses.asdict(options))
         uvicorn.run(
             "seqrec.serve:app_from_env",
@@ -415,7 +419,12 @@ def serve(
             timeout_keep_alive=options.keep_alive,
         )
         return
-    rec = Recommender.from_run(run_dir, unknown=unknown, trust=trust)  # type: ignore[arg-type]
+    rec = Recommender.from_run(
+        run_dir,
+        unknown=unknown,  # type: ignore[arg-type]
+        trust=trust,
+        device=device,
+    )
     config = server_config(
         create_app(rec, options), options, host=host, port=port, log_level=log_level
     )
