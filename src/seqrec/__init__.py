@@ -14,13 +14,14 @@ from seqrec.data.prepared import PreparedDataset, load_prepared, prepare, prepar
 from seqrec.data.preprocess import Sequences, dataset_stats, preprocess
 from seqrec.data.split import LeaveOneOut, leave_one_out
 from seqrec.errors import ConfigError, DataError, DownloadError, SeqrecError
+from seqrec.estimator import BERT4Rec, Model, SASRec, load
 from seqrec.evaluate import PROTOCOLS, EvalReport, Scorer, compare_reports, evaluate
 from seqrec.metrics import paired_test, summarize
 from seqrec.models.base import ModelEntry, SequenceModel
 from seqrec.models.baselines import Popularity
-from seqrec.models.bert4rec import BERT4Rec, BERT4RecConfig
+from seqrec.models.bert4rec import BERT4RecConfig
 from seqrec.models.gru4rec import GRU4Rec, GRU4RecConfig
-from seqrec.models.sasrec import SASRec, SASRecConfig
+from seqrec.models.sasrec import SASRecConfig
 from seqrec.recommender import Recommender, UnknownItemsError
 from seqrec.train import FitResult, fit
 
@@ -40,6 +41,7 @@ __all__ = [
     "GRU4Rec",
     "GRU4RecConfig",
     "LeaveOneOut",
+    "Model",
     "ModelEntry",
     "Popularity",
     "PreparedDataset",
@@ -63,6 +65,7 @@ __all__ = [
     "leave_one_out",
     "load_config",
     "load_prepared",
+    "load",
     "load_run",
     "paired_test",
     "prepare",

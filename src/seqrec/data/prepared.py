@@ -13,6 +13,7 @@ is renamed into place when complete: an error never leaves a partial directory b
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -31,6 +32,7 @@ import torch
 
 from seqrec.data import download
 from seqrec.data.candidates import PROTOCOLS, SAMPLED_PROTOCOLS, item_popularity, sample_negatives
+from seqrec.data.frames import frame_fingerprint, interactions_from_frame, is_frame
 from seqrec.data.io import detect_format, read_interactions
 from seqrec.data.preprocess import (
     Preprocessed,
@@ -205,8 +207,11 @@ def _dataset_name(path: Path) -> str:
     return name or "dataset"
 
 
+_SAME: Any = object()  # a column argument not given: the data settings' own
+
+
 def prepare(
-    data: str | Path,
+    data: str | Path | Any,
     *,
     data_cfg: DataConfig | None = None,
     eval_cfg: EvalConfig | None = None,
@@ -214,33 +219,36 @@ def prepare(
     force: bool = False,
     progress: bool = True,
     inputs: Sequence[Path | str] = (),
+    user_col: str | None = None,
+    item_col: str | None = None,
+    time_col: str | None = _SAME,
+    name: str | None = None,
 ) -> PreparedDataset:
-    """Read, preprocess, split and sample candidates for a dataset name or file; reuse the
-    prepared directory when the source file and every setting are unchanged. A prepared
-    dataset's directory given as `data` is loaded as it is.
+    """Read, preprocess, split and sample candidates for a dataset name, a file, or a log in
+    memory (a polars DataFrame or LazyFrame, a pandas DataFrame, an Arrow table: any id types,
+    datetime or numeric times, or `time_col=None` for rows already in time order per user);
+    reuse the prepared directory while the source and every setting are unchanged. A prepared
+    dataset's directory given as `data` is loaded as it is. `user_col`, `item_col`, `time_col`
+    override `data_cfg`'s (for frames, and for CSV/Parquet files).
 
     `out` (default: a folder of the cache named by the source and settings) must be new, empty
     or a prepared dataset; one prepared from another source or settings is replaced only with
     `force`. It may not be or contain the source file or any of `inputs` (paths the caller
     reads, such as a run directory). Refusals are one ConfigError line, before anything is
     read."""
+    data_cfg = _with_columns(data_cfg or DataConfig(), user_col, item_col, time_col)
+    eval_cfg = eval_cfg or EvalConfig()
+    if is_frame(data):
+        return _prepare_in_memory(data, data_cfg, eval_cfg, out, force, progress, inputs, name)
     if Path(data).is_dir() and dir_kind(Path(data)) == "prepared":
         return load_prepared(data)  # a prepared dataset given as the data: as it is
-    data_cfg = data_cfg or DataConfig()
-    eval_cfg = eval_cfg or EvalConfig()
     source, fmt = resolve_source(str(data), data_cfg.format, progress=progress)
     key = {"source": _fingerprint(source), **_settings(data_cfg, eval_cfg)}
-    name = str(data) if str(data) in download.DATASETS else _dataset_name(source)
+    name = name or (str(data) if str(data) in download.DATASETS else _dataset_name(source))
     cached = out is None  # the cache's own folder, named by the key: seqrec's to replace
     out = out or _default_dir(name, key)
-    if check_out_dir(out, "prepared", inputs=[source, *inputs]) and not force:
-        if _manifest_key(out) == key:
-            return load_prepared(out)
-        if not cached:
-            raise ConfigError(
-                f"--out {out}: holds a dataset prepared from another source or settings; "
-                "--force replaces it"
-            )
+    if (reused := _reuse(out, key, cached, force, [source, *inputs])) is not None:
+        return reused
     stages = Progress(0, f"prepare {name}", enabled=progress)
     stages.note(f"prepare {name}: reading {source} ({source.stat().st_size / 2**20:,.1f} MiB)")
     df = read_interactions(
@@ -264,6 +272,70 @@ def prepare(
         data_cfg=data_cfg,
         eval_cfg=eval_cfg,
         kcore=kcore,
+        replace=True,  # checked above
+        progress=progress,
+    )
+
+
+def _with_columns(
+    cfg: DataConfig, user_col: str | None, item_col: str | None, time_col: str | None
+) -> DataConfig:
+    changes: dict[str, Any] = {}
+    if user_col is not None:
+        changes["user_col"] = user_col
+    if item_col is not None:
+        changes["item_col"] = item_col
+    if time_col is not _SAME:
+        changes["time_col"] = time_col
+    return dataclasses.replace(cfg, **changes) if changes else cfg
+
+
+def _reuse(
+    out: Path, key: dict[str, Any], cached: bool, force: bool, inputs: Sequence[Path | str]
+) -> PreparedDataset | None:
+    """The prepared dataset already in `out` for `key` (None: prepare it), after checking that
+    `out` may be written (seqrec.outputs): another key's is replaced only with `force`, or
+    when it is the cache's own folder."""
+    if check_out_dir(out, "prepared", inputs=inputs) and not force:
+        if _manifest_key(out) == key:
+            return load_prepared(out)
+        if not cached:
+            raise ConfigError(
+                f"--out {out}: holds a dataset prepared from another source or settings; "
+                "--force replaces it"
+            )
+    return None
+
+
+def _prepare_in_memory(
+    data: Any,
+    data_cfg: DataConfig,
+    eval_cfg: EvalConfig,
+    out: Path | None,
+    force: bool,
+    progress: bool,
+    inputs: Sequence[Path | str],
+    name: str | None,
+) -> PreparedDataset:
+    """`prepare` of a frame: its columns read into the interactions table, which is keyed by
+    its content (so an unchanged frame reuses its prepared directory)."""
+    df = interactions_from_frame(
+        data, user_col=data_cfg.user_col, item_col=data_cfg.item_col, time_col=data_cfg.time_col
+    )
+    name = name or "frame"
+    key = {"source": {"frame": frame_fingerprint(df)}, **_settings(data_cfg, eval_cfg)}
+    cached = out is None
+    out = out or _default_dir(name, key)
+    if (reused := _reuse(out, key, cached, force, inputs)) is not None:
+        return reused
+    return prepare_frame(
+        df,
+        out,
+        name=name,
+        key=key,
+        data_cfg=data_cfg,
+        eval_cfg=eval_cfg,
+        kcore=kcore_thresholds(data_cfg, None),  # a raw log: the 5-core unless configured
         replace=True,  # checked above
         progress=progress,
     )

@@ -1,0 +1,141 @@
+"""DataFrames in: a log held in memory (a polars DataFrame or LazyFrame, a pandas DataFrame, an
+Arrow table) -> the interactions table the readers give (seqrec.data.io), with any id types and
+datetime, numeric or no timestamps. pandas and pyarrow are not dependencies: a frame of theirs
+is read column by column through numpy (pyarrow is needed only to pass an Arrow table)."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import polars as pl
+
+from seqrec.data.io import INTERACTION_COLUMNS
+from seqrec.errors import DataError
+
+__all__ = ["frame_fingerprint", "interactions_from_frame", "is_frame"]
+
+
+def is_frame(data: Any) -> bool:
+    """Whether `data` is a table held in memory (rather than a path or a dataset name)."""
+    kind = type(data).__module__.split(".")[0]
+    return isinstance(data, pl.DataFrame | pl.LazyFrame) or kind in ("pandas", "pyarrow")
+
+
+def _columns(data: Any) -> list[str]:
+    if isinstance(data, pl.LazyFrame):
+        return list(data.collect_schema().names())
+    names = data.columns if hasattr(data, "columns") else data.column_names
+    return [str(c) for c in names]
+
+
+def _to_polars(data: Any, wanted: list[str]) -> pl.DataFrame:
+    """The `wanted` columns of the frame as a polars DataFrame."""
+    if isinstance(data, pl.LazyFrame):
+        return data.select(wanted).collect()
+    if isinstance(data, pl.DataFrame):
+        return data.select(wanted)
+    if type(data).__module__.startswith("pandas"):
+        return pl.DataFrame([pl.Series(c, data[c].to_numpy()) for c in wanted])
+    return pl.DataFrame(pl.from_arrow(data.select(wanted)))  # a pyarrow Table
+
+
+def interactions_from_frame(
+    data: Any, *, user_col: str, item_col: str, time_col: str | None
+) -> pl.DataFrame:
+    """The interactions table (user, item, timestamp, line) of a frame's columns. `time_col`
+    None: the rows are in time order within each user (row order is used). Timestamps may be
+    datetimes or dates (to epoch seconds), integers, or ISO strings. One DataError line names a
+    missing column (and the columns there are) or the first bad row."""
+    if not is_frame(data):
+        raise DataError(f"expected a DataFrame, a LazyFrame or an Arrow table, got {type(data)}")
+    present = _columns(data)
+    wanted = [c for c in (user_col, item_col, time_col) if c is not None]
+    missing = [c for c in wanted if c not in present]
+    if missing:
+        shown = ", ".join(present[:20]) + (", ..." if len(present) > 20 else "")
+        raise DataError(
+            f"DataFrame: missing column(s) {', '.join(missing)}; it has {shown} "
+            "(user_col=, item_col=, time_col= name them)"
+        )
+    df = _to_polars(data, list(dict.fromkeys(wanted)))
+    if df.height == 0:
+        raise DataError("DataFrame: no rows, expected interactions")
+    user, item = _ids(df, user_col), _ids(df, item_col)
+    if time_col is None:
+        ts = pl.int_range(0, df.height, dtype=pl.Int64, eager=True)
+    else:
+        ts = _timestamps(df, time_col)
+    return pl.DataFrame(
+        [
+            user.alias("user"),
+            item.alias("item"),
+            ts.alias("timestamp"),
+            pl.int_range(0, df.height, dtype=pl.Int64, eager=True).alias("line"),
+        ]
+    ).select(INTERACTION_COLUMNS)
+
+
+def _first_null(col: pl.Series, name: str) -> None:
+    if col.null_count():
+        row = int(col.is_null().arg_max() or 0)
+        raise DataError(f"DataFrame row {row}: missing {name}")
+
+
+def _ids(df: pl.DataFrame, name: str) -> pl.Series:
+    """An id column: integers stay Int64, anything else becomes its text."""
+    col = df.get_column(name)
+    _first_null(col, name)
+    if col.dtype.is_integer():
+        return col.cast(pl.Int64)
+    out = col.cast(pl.String, strict=False)
+    _first_null(out, name)
+    if (out.str.strip_chars() == "").any():
+        row = int((out.str.strip_chars() == "").arg_max() or 0)
+        raise DataError(f"DataFrame row {row}: empty {name}")
+    return out
+
+
+def _timestamps(df: pl.DataFrame, name: str) -> pl.Series:
+    """Seconds since the epoch (Int64) from datetimes, dates, numbers or ISO strings."""
+    col = df.get_column(name)
+    _first_null(col, name)
+    if col.dtype == pl.Date:
+        col = col.cast(pl.Datetime("us"))
+    if isinstance(col.dtype, pl.Datetime):
+        return col.dt.epoch("s")
+    if col.dtype.is_integer():
+        return col.cast(pl.Int64)
+    if col.dtype.is_float():
+        if not col.is_finite().all():
+            row = int((~col.is_finite()).arg_max() or 0)
+            raise DataError(f"DataFrame row {row}: {name} {col[row]!r} is not a finite time")
+        return col.floor().cast(pl.Int64)
+    text = col.cast(pl.String, strict=False)
+    as_int = text.cast(pl.Int64, strict=False)
+    if not as_int.is_null().any():
+        return as_int
+    try:
+        as_dt = text.str.to_datetime(strict=False, time_unit="us")
+    except pl.exceptions.PolarsError:
+        as_dt = pl.Series(name, [None] * len(text), dtype=pl.Datetime("us"))
+    if not as_dt.is_null().any():
+        return as_dt.dt.epoch("s")
+    row = int((as_int.is_null() & as_dt.is_null()).arg_max() or 0)
+    shown = repr(text[row])[:60]
+    raise DataError(f"DataFrame row {row}: {name} {shown} is neither a time nor an integer")
+
+
+def frame_fingerprint(interactions: pl.DataFrame) -> str:
+    """A digest of an interactions table's content: a prepared frame is reused while it is
+    unchanged, as a file is while its size and time are."""
+    h = hashlib.sha256()
+    for name in INTERACTION_COLUMNS:
+        col = interactions.get_column(name)
+        h.update(name.encode())
+        h.update(str(col.dtype).encode())
+        if col.dtype == pl.String:
+            h.update("\x00".join(col.to_list()).encode())
+        else:
+            h.update(col.to_numpy().tobytes())
+    return h.hexdigest()[:16]

@@ -1,0 +1,351 @@
+"""Your own data in a few lines: an estimator with scikit-learn's conventions over the run
+directory (the unit of record) and the Recommender (what the CLI and the server call).
+
+    model = seqrec.SASRec(d_model=64, max_epochs=50).fit(df, user_col="user_id",
+                                                         item_col="sku", time_col="ts",
+                                                         time_budget="2m")
+    model.recommend(["user_17"], k=10)          # DataFrame: user, rank, item, score
+    model.similar_items(["sku-0042"], k=5)      # DataFrame: item, rank, similar, score
+    model.evaluate()                            # the test split under every protocol
+    model.save("models/sasrec"); seqrec.load("models/sasrec").recommend(["user_17"])
+
+Parameters are the fields of the model's config sections and of [train] (`d_model`, `lr`,
+`batch_size`, `loss`, ...), by name; `config=` starts from a shipped recipe or a TOML file;
+`set=["section.key=value"]` reaches any key by its dotted name. They are validated in `fit`
+(`get_params`, `set_params` and `sklearn.base.clone` work as for any estimator).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import torch
+
+from seqrec.config import RunConfig, default_config, load_config
+from seqrec.data.prepared import PreparedDataset, prepare
+from seqrec.errors import ConfigError, SeqrecError
+from seqrec.outputs import check_out_dir
+from seqrec.recommender import Recommender
+from seqrec.registry import entry
+from seqrec.rundir import RunDir
+
+__all__ = ["BERT4Rec", "Model", "SASRec", "load"]
+
+_SAME: Any = object()
+
+
+class Model:
+    """A sequential recommender: `Model("gru4rec", d_model=64)` for any registered model."""
+
+    def __init__(
+        self,
+        model: str = "sasrec",
+        *,
+        config: str | None = None,
+        time_budget: str | None = None,
+        set: Sequence[str] = (),
+        **params: Any,
+    ) -> None:
+        self.model = model
+        self.config = config
+        self.time_budget = time_budget
+        self.set = tuple(set)
+        self.params = dict(params)
+        self.run_dir_: Path | None = None
+        self._rec: Recommender | None = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    # ---------------------------------------------------------- scikit-learn's conventions
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The constructor's arguments, as given."""
+        return {
+            "model": self.model,
+            "config": self.config,
+            "time_budget": self.time_budget,
+            "set": self.set,
+            **self.params,
+        }
+
+    def set_params(self, **params: Any) -> Model:
+        for key, value in params.items():
+            if key in ("model", "config", "time_budget"):
+                setattr(self, key, value)
+            elif key == "set":
+                self.set = tuple(value)
+            else:
+                self.params[key] = value
+        return self
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items() if v not in (None, ()))
+        return f"{type(self).__name__}({args})"
+
+    # ---------------------------------------------------------------------------- config
+
+    def run_config(self) -> RunConfig:
+        """The resolved config: the model's defaults (or `config`), the parameters by name,
+        `set`, the time budget; every value checked (one ConfigError line)."""
+        entry(self.model)
+        base = load_config(RunConfig, self.config) if self.config else default_config(self.model)
+        if base.model != self.model:
+            raise ConfigError(f"config {self.config!r} is a {base.model} recipe, not {self.model}")
+        overrides = [f"{self._key(base, k)}={json.dumps(v)}" for k, v in self.params.items()]
+        if self.time_budget is not None:
+            overrides.append(f"train.time_budget={json.dumps(self.time_budget)}")
+        cfg = load_config(RunConfig, None, [*overrides, *self.set], base=base)
+        from seqrec.config import validate
+
+        return validate(cfg, type(self).__name__)
+
+    def _key(self, cfg: RunConfig, name: str) -> str:
+        """The dotted key of a parameter: the model's sections first, then [train]."""
+        for section, value in cfg.sections:
+            if name in {f.name for f in dataclasses.fields(value)}:
+                return f"{section}.{name}"
+        if name in {f.name for f in dataclasses.fields(cfg.train)}:
+            return f"train.{name}"
+        known = sorted(
+            {f.name for _, v in cfg.sections for f in dataclasses.fields(v)}
+            | {f.name for f in dataclasses.fields(cfg.train)}
+        )
+        raise ConfigError(
+            f"{type(self).__name__}: unknown parameter {name!r}; known: {', '.join(known)} "
+            "(set=['section.key=value'] reaches any other key)"
+        )
+
+    # ------------------------------------------------------------------------------- fit
+
+    def fit(
+        self,
+        data: Any,
+        *,
+        user_col: str | None = None,
+        item_col: str | None = None,
+        time_col: str | None = _SAME,
+        time_budget: str | None = None,
+        valid: bool = True,
+        out: str | Path | None = None,
+        progress: bool = False,
+    ) -> Model:
+        """Train on `data` (a DataFrame, a file, a dataset name or a PreparedDataset) and
+        return self. `valid`: hold each user's second-last item out to choose the state on
+        (False: train on it too, and keep the last state). `out`: the run directory (default:
+        a temporary one, kept while this object lives; `save` copies it)."""
+        from seqrec.train import fit
+
+        if time_budget is not None:
+            self.time_budget = time_budget
+        cfg = self.run_config()
+        if not valid:
+            train = dataclasses.replace(cfg.train, train_on="train+valid", patience=0)
+            cfg = dataclasses.replace(cfg, train=train)
+        if isinstance(data, PreparedDataset):
+            ds = data
+        else:
+            columns: dict[str, Any] = {"user_col": user_col, "item_col": item_col}
+            if time_col is not _SAME:
+                columns["time_col"] = time_col
+            ds = prepare(data, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=progress, **columns)
+        if out is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="seqrec-run-")
+            out = Path(self._tmp.name) / "run"
+        source = {"data": str(data)} if isinstance(data, str | Path) else None
+        result = fit(ds, cfg, Path(out), progress=progress, source=source)
+        self.run_dir_ = result.run_dir
+        self._rec = Recommender.from_run(result.run_dir, device=result.model.device)
+        self._rec.dataset = ds
+        return self
+
+    @property
+    def recommender_(self) -> Recommender:
+        if self._rec is None:
+            raise SeqrecError(f"{type(self).__name__} is not fitted: call fit (or seqrec.load)")
+        return self._rec
+
+    @property
+    def dataset_(self) -> PreparedDataset:
+        ds = self.recommender_.dataset
+        if ds is None:
+            raise SeqrecError("the run's prepared data is gone: recommend_histories still works")
+        return ds
+
+    @property
+    def metrics_(self) -> dict[str, Any] | None:
+        """metrics.json of the run: validation and test under every protocol."""
+        return RunDir(self.run_dir_).metrics() if self.run_dir_ else None
+
+    # ------------------------------------------------------------------------ recommend
+
+    def recommend(
+        self,
+        users: Sequence[Any] | None = None,
+        k: int = 10,
+        filter_viewed: bool = True,
+        items: Sequence[Any] | None = None,
+        *,
+        as_pandas: bool = False,
+    ) -> Any:
+        """Top-k for users of the training data (default: all of them), after everything the
+        data holds of each: a DataFrame `user, rank, item, score` (polars; pandas with
+        `as_pandas`). `filter_viewed` leaves out what a user has seen; `items` restricts the
+        candidates. An unknown user is one ConfigError line."""
+        rec, ds = self.recommender_, self.dataset_
+        users = list(ds.user_ids) if users is None else list(users)
+        rows = []
+        for u in users:
+            row = rec.user_index(u)
+            if row is None:
+                raise ConfigError(f"user {u!r} is not in the training data")
+            rows.append(row)
+        recs = rec.recommend_encoded(
+            [ds.sequences[r] for r in rows], k, filter_viewed, candidates=items, users=rows
+        )
+        return _table("user", users, recs, as_pandas)
+
+    def recommend_histories(
+        self,
+        histories: Sequence[Sequence[Any]],
+        k: int = 10,
+        filter_viewed: bool = True,
+        items: Sequence[Any] | None = None,
+        *,
+        as_pandas: bool = False,
+    ) -> Any:
+        """Top-k for histories of item ids (oldest first; unknown items dropped): a DataFrame
+        `history, rank, item, score` (`history`: the position in `histories`)."""
+        rec = self.recommender_
+        encoded = [rec.encode(h).ids for h in histories]
+        recs = rec.recommend_encoded(encoded, k, filter_viewed, candidates=items)
+        return _table("history", list(range(len(histories))), recs, as_pandas)
+
+    def similar_items(self, items: Sequence[Any], k: int = 10, *, as_pandas: bool = False) -> Any:
+        """The k items closest to each of `items` by the cosine of the model's output
+        embeddings (item-to-item): a DataFrame `item, rank, similar, score`."""
+        rec = self.recommender_
+        weights, _ = rec.model.output_weights()  # (n_items, D)
+        unit = torch.nn.functional.normalize(weights.detach().float(), dim=1)
+        ids, unknown = rec.items.encode(items)  # 1-based
+        if unknown:
+            raise ConfigError(f"similar_items: unknown item(s) {list(unknown)[:5]}")
+        if not 1 <= k < rec.n_items:
+            raise ConfigError(f"k must be in 1..{rec.n_items - 1}, got {k}")
+        with torch.no_grad():
+            sims = unit[torch.as_tensor(ids - 1, device=unit.device)] @ unit.T  # (Q, n_items)
+            sims[torch.arange(len(ids)), torch.as_tensor(ids - 1)] = -torch.inf  # not itself
+            top = torch.topk(sims, k, dim=1)
+        rows = []
+        for item, values, indices in zip(items, top.values.cpu(), top.indices.cpu(), strict=True):
+            for rank, (v, i) in enumerate(zip(values.tolist(), indices.tolist(), strict=True), 1):
+                rows.append((item, rank, rec.items.decode(i + 1), float(v)))
+        df = pl.DataFrame(rows, schema=["item", "rank", "similar", "score"], orient="row")
+        return _frame(df, as_pandas)
+
+    # ----------------------------------------------------------------- evaluate, save
+
+    def evaluate(
+        self,
+        protocols: Sequence[str] = ("full", "uni100", "pop100"),
+        split: str = "test",
+        ks: Sequence[int] = (1, 5, 10),
+    ) -> dict[str, dict[str, float]]:
+        """Metrics of the fitted model on `split` of its data under each protocol."""
+        from seqrec.evaluate import parse_protocols
+
+        report = self.dataset_.evaluate(
+            self.recommender_.model,
+            "valid" if split == "valid" else "test",
+            protocols=parse_protocols(",".join(protocols)),
+            ks=ks,
+        )
+        return report.metrics
+
+    def save(self, path: str | Path) -> Path:
+        """Copy the run directory to `path` (new or empty): `seqrec.load(path)` gives the same
+        recommendations."""
+        if self.run_dir_ is None:
+            raise SeqrecError(f"{type(self).__name__} is not fitted: nothing to save")
+        path = Path(path)
+        check_out_dir(path, "run", inputs=[self.run_dir_])
+        if path.exists():
+            path.rmdir()  # empty (checked)
+        shutil.copytree(self.run_dir_, path, ignore=shutil.ignore_patterns(".lock"))
+        return path
+
+
+class SASRec(Model):
+    """SASRec (Kang & McAuley 2018); trained with cross-entropy over the catalogue unless
+    `loss` says otherwise (the paper's BCE: `loss="bce"`)."""
+
+    def __init__(
+        self,
+        *,
+        config: str | None = None,
+        time_budget: str | None = None,
+        set: Sequence[str] = (),
+        loss: str = "ce",
+        **params: Any,
+    ) -> None:
+        super().__init__("sasrec", config=config, time_budget=time_budget, set=set, **params)
+        self.params["loss"] = loss
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        params = super().get_params(deep)
+        params.pop("model")
+        return params
+
+
+class BERT4Rec(Model):
+    """BERT4Rec (Sun et al. 2019), with its paper's defaults unless told."""
+
+    def __init__(
+        self,
+        *,
+        config: str | None = None,
+        time_budget: str | None = None,
+        set: Sequence[str] = (),
+        **params: Any,
+    ) -> None:
+        super().__init__("bert4rec", config=config, time_budget=time_budget, set=set, **params)
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        params = super().get_params(deep)
+        params.pop("model")
+        return params
+
+
+def load(path: str | Path, *, device: str = "cpu", trust: bool = False) -> Model:
+    """A fitted Model from a run directory (`Model.save`, or any `seqrec train` run)."""
+    run = RunDir(path, trust=trust)
+    cfg = run.config()
+    cls = {"sasrec": SASRec, "bert4rec": BERT4Rec}.get(cfg.model)
+    model = cls() if cls is not None else Model(cfg.model)
+    model.run_dir_ = Path(path)
+    # the run's prepared data, where it still is, for recommending to its users
+    model._rec = Recommender.from_run(path, device=device, trust=trust)
+    return model
+
+
+def _table(key: str, keys: Sequence[Any], recs: list[list[tuple[Any, float]]], pandas: bool) -> Any:
+    rows = [
+        (u, rank, item, score)
+        for u, rr in zip(keys, recs, strict=True)
+        for rank, (item, score) in enumerate(rr, 1)
+    ]
+    return _frame(pl.DataFrame(rows, schema=[key, "rank", "item", "score"], orient="row"), pandas)
+
+
+def _frame(df: pl.DataFrame, pandas: bool) -> Any:
+    """polars, or pandas (built from columns: no pyarrow needed)."""
+    if not pandas:
+        return df
+    import pandas as pd
+
+    return pd.DataFrame({c: df.get_column(c).to_list() for c in df.columns})
