@@ -221,6 +221,10 @@ def test_train_sasrec_with_each_loss_then_compare(
     assert main(["compare", *runs]) == 0  # the Markdown tables
     out = capsys.readouterr().out
     assert "| full | ndcg@10 |" in out and "| sasrec-ce | pop100 |" in out
+    # the table shows run - base, and names the better side
+    gain = ndcg[1] - ndcg[0]
+    better = "sasrec-ce" if gain > 0 else "sasrec-bce"
+    assert f"| sasrec-ce | full | {gain:+.4f} | {better} |" in out
     assert main(["compare", runs[0]]) == 2
     assert "at least two" in capsys.readouterr().err
     assert main(["compare", runs[0], runs[0]]) == 2

@@ -365,3 +365,15 @@ def test_a_known_user_changes_a_per_user_model_and_an_unknown_one_is_anonymous(
         assert [r["score"] for r in anon["items"]] != [r["score"] for r in mine["items"]]
         _, plain = _call(url, "/recommend", {"history": history, "k": 4})
         assert "user_known" not in plain and plain["items"] == anon["items"]
+
+
+def test_a_known_user_is_asked_for_by_id_alone(tiny_runs: dict[str, Path]) -> None:
+    rec = Recommender.from_run(tiny_runs["sasrec"])
+    assert rec.dataset is not None
+    user = rec.dataset.user_ids[5]
+    with _running(create_app(rec)) as url:
+        status, out = _call(url, "/recommend", {"user": user, "k": 5})
+        assert status == 200 and out["user_known"] is True
+        assert [r["item"] for r in out["items"]] == [i for i, _ in rec.recommend_user(user, k=5)]
+        assert _call(url, "/recommend", {"user": "nobody", "k": 5})[0] == 422
+        assert _call(url, "/recommend", {"k": 5})[0] == 422

@@ -429,12 +429,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
             cells = [f"{reports[n].metrics[p][m]:.4f}" for n in names]
             print(f"| {p} | {m} | " + " | ".join(cells) + " |")
     print(f"\nPaired tests on per-user {args.metric}, each run against {names[0]}:\n")
-    print("| run | protocol | diff | t-test p | Wilcoxon p |")
-    print("|---|---|---|---|---|")
+    print(f"| run | protocol | run - {names[0]} | better | t-test p | Wilcoxon p |")
+    print("|---|---|---|---|---|---|")
     for n, by_protocol in tests.items():
         for p, r in by_protocol.items():
+            gain = -r["diff"]  # the tests' diff is base - run
+            better = n if gain > 0 else names[0] if gain < 0 else "="
             print(
-                f"| {n} | {p} | {r['diff']:+.4f} | {r['t_pvalue']:.3g} "
+                f"| {n} | {p} | {gain:+.4f} | {better} | {r['t_pvalue']:.3g} "
                 f"| {r['wilcoxon_pvalue']:.3g} |"
             )
     return 0

@@ -5,7 +5,7 @@
         [--cors-origin URL ...]
 
     POST /recommend        {"history": [1193, 661], "k": 10, "exclude_seen": true,
-                            "candidates": null}
+                            "candidates": null}, or {"user": 42, "k": 10}: a known user
                         -> {"items": [{"item", "score", "title"?}], "dropped": [unknown ids]}
     POST /recommend/batch  {"histories": [[...], ...], "k": 10, "exclude_seen": true}
                         -> {"results": [{"items": [...], "dropped": [...]}, ...]}
@@ -193,7 +193,11 @@ def create_app(
 
     class RecommendRequest(pydantic.BaseModel):
         model_config = pydantic.ConfigDict(extra="forbid")
-        history: list[Item] = pydantic.Field(description="item ids, oldest first")
+        history: list[Item] | None = pydantic.Field(
+            None,
+            description="item ids, oldest first; none: the known `user`'s history in the "
+            "training data",
+        )
         k: int = pydantic.Field(10, ge=1, le=n_items, description=f"1..{n_items}")
         exclude_seen: bool = True
         candidates: list[Item] | None = None
@@ -282,12 +286,20 @@ def create_app(
 
     @app.post("/recommend")
     def recommend(req: RecommendRequest) -> dict[str, Any]:
-        check_length(req.history)
-        enc = encode(req.history)
         row = None if req.user is None else rec.user_index(req.user)
+        if req.history is not None:
+            check_length(req.history)
+            enc = encode(req.history)
+            ids, dropped = enc.ids, enc.unknown
+        elif row is not None and rec.dataset is not None:  # a known user, by id
+            ids, dropped = rec.dataset.sequences[row], []
+        else:
+            raise fastapi.HTTPException(
+                422, "give a history, or the id of a user of the training data as user"
+            )
         try:
             (recs,) = rec.recommend_encoded(
-                [enc.ids],
+                [ids],
                 req.k,
                 req.exclude_seen,
                 candidates=req.candidates,
@@ -296,7 +308,7 @@ def create_app(
             )
         except UnknownItemsError as e:  # among the candidates
             raise fastapi.HTTPException(422, f"candidates: {e}") from None
-        out: dict[str, Any] = {"items": items(recs), "dropped": enc.unknown}
+        out: dict[str, Any] = {"items": items(recs), "dropped": dropped}
         if req.user is not None:
             out["user_known"] = row is not None
         return out
