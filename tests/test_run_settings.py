@@ -92,3 +92,27 @@ def test_flags_that_would_change_a_runs_settings_are_an_error(
         assert main([command, str(run), *flags, "--quiet"]) == 2
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and flags[0] in err and "is a run" in err, err
+
+
+def test_recommend_input_reads_the_runs_own_log_with_no_flags(
+    own_run: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log, _, run = own_run
+    out = tmp_path / "recs.csv"
+    assert main(["recommend", str(run), "--input", str(log), "--output", str(out), "--quiet"]) == 0
+    recs = pl.read_csv(out)
+    users = pl.read_parquet(log)["uid"].n_unique()
+    assert recs.height == 10 * users and set(recs.columns) >= {"user", "rank", "item", "score"}
+
+
+def test_a_log_without_times_or_with_its_own_columns_from_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    df = synthetic_interactions(n_users=40, n_items=30, seed=11).sort("user", "timestamp")
+    log = tmp_path / "log.csv"
+    df.select(pl.col("user").alias("who"), pl.col("item").alias("what")).write_csv(log)
+    argv = ["stats", "--data", str(log), "--json", "--quiet", "--user-col", "who"]
+    assert main([*argv, "--item-col", "what", "--time-col", "none"]) == 0
+    assert json.loads(capsys.readouterr().out)["users"] == 40
+    assert main([*argv, "--item-col", "what"]) == 2  # its default time column is not there
+    assert "missing column(s) timestamp" in capsys.readouterr().err

@@ -4,12 +4,14 @@ call. User errors (`SeqrecError`) print one line on stderr and exit with status 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from seqrec import registry
 from seqrec.checkpoint import load_run
@@ -60,7 +62,31 @@ def _run_config(args: argparse.Namespace) -> RunConfig:
         value = getattr(args, flag, None)
         if value is not None:
             overrides.append(f"{key}={json.dumps(value)}")
-    return load_config(RunConfig, getattr(args, "config", None), overrides)
+    cfg = load_config(RunConfig, getattr(args, "config", None), overrides)
+    columns = _column_flags(args)
+    if columns:
+        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, **columns))
+    return cfg
+
+
+def _column_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """--user-col / --item-col / --time-col as data settings (`--time-col none`: the rows are
+    in time order within each user)."""
+    columns: dict[str, Any] = {}
+    for flag in ("user_col", "item_col", "time_col"):
+        value = getattr(args, flag, None)
+        if value is not None:
+            columns[flag] = None if flag == "time_col" and value.lower() == "none" else value
+    return columns
+
+
+def _add_column_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--user-col", help="a CSV/Parquet log's user column (default: user)")
+    p.add_argument("--item-col", help="its item column (default: item)")
+    p.add_argument(
+        "--time-col",
+        help="its time column (default: timestamp); 'none': rows in time order per user",
+    )
 
 
 def _prepare(
@@ -89,6 +115,7 @@ def _add_data_flags(
         + (" (default for a run: the data it records)" if on_a_run else ""),
     )
     p.add_argument("--format", help="reader for a file path (default: from its name)")
+    _add_column_flags(p)
     p.add_argument("--config", help="a TOML config file")
     p.add_argument(
         "--set",
@@ -286,6 +313,7 @@ def _settings_of_the_run(args: argparse.Namespace, run: str) -> None:
             ("--set", args.set),
             ("--config", args.config),
             ("--format", args.format),
+            ("--user-col/--item-col/--time-col", _column_flags(args)),
             ("--min-user-interactions", getattr(args, "min_user_interactions", None)),
             ("--min-item-interactions", getattr(args, "min_item_interactions", None)),
         )
@@ -462,7 +490,10 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     exclude = not args.include_seen
     candidates = _id_list(args.candidates) if args.candidates else None
     if args.input:
-        users, histories = read_histories(args.input)
+        data = dataclasses.replace(rec.run.config.data, **_column_flags(args))
+        users, histories = read_histories(
+            args.input, user_col=data.user_col, item_col=data.item_col, time_col=data.time_col
+        )
         recs = rec.recommend_batch(
             histories, args.k, exclude, candidates, progress=not args.quiet, users=users
         )
@@ -808,6 +839,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--user", help="a user of the training data")
     p.add_argument("--input", help="a CSV/Parquet log with columns user,item[,timestamp]")
     p.add_argument("--output", help="recommendations file for --input (.parquet or .csv)")
+    _add_column_flags(p)  # default: the columns the run was trained with
     p.add_argument("--force", action="store_true", help="replace an existing --output file")
     p.add_argument("-k", type=int, default=10, help="how many items (default 10)")
     p.add_argument("--include-seen", action="store_true", help="keep the history's own items")

@@ -390,10 +390,16 @@ def item_metadata(
     return out
 
 
-def read_histories(path: str | Path) -> tuple[list[Any], list[list[str]]]:
-    """A CSV/Parquet log with columns user, item and optionally timestamp -> (users, their
-    histories oldest first). Without a timestamp column the file order is the time order; ties
-    keep file order (a stable sort)."""
+def read_histories(
+    path: str | Path,
+    *,
+    user_col: str = "user",
+    item_col: str = "item",
+    time_col: str | None = "timestamp",
+) -> tuple[list[Any], list[list[str]]]:
+    """A CSV/Parquet log -> (users, their histories oldest first). Without its time column
+    (absent, or `time_col` None) the file order is the time order; ties keep file order (a
+    stable sort)."""
     p = Path(path)
     if p.suffix == ".parquet":
         columns = list(pl.read_parquet_schema(p)) if p.exists() else []
@@ -402,9 +408,10 @@ def read_histories(path: str | Path) -> tuple[list[Any], list[list[str]]]:
         if p.exists():  # the header line only
             with p.open(errors="replace") as f:
                 columns = f.readline().strip().split(",")
-    time_col = "timestamp" if "timestamp" in columns else None
+    if time_col not in columns:
+        time_col = None
     fmt = "parquet" if p.suffix == ".parquet" else "csv"
-    df = read_interactions(p, fmt, time_col=time_col)
+    df = read_interactions(p, fmt, user_col=user_col, item_col=item_col, time_col=time_col)
     df = df.sort(["timestamp", "line"]).group_by("user", maintain_order=True).agg(pl.col("item"))
     return df.get_column("user").to_list(), df.get_column("item").to_list()
 
