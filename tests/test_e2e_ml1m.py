@@ -112,3 +112,13 @@ def test_titles_of_the_papers_file_join_through_the_item_map(shared_data: Path) 
         "title": "Raiders of the Lost Ark (1981)",
         "genres": ["Action", "Adventure"],
     }
+
+
+def test_a_given_movies_dat_joins_the_papers_file_through_its_map(shared_data: Path) -> None:
+    """`recommend --items movies.dat` on a run of the papers' file: paper item 10 is MovieLens
+    2858, American Beauty (the file's own number 10 is GoldenEye)."""
+    meta = item_metadata(
+        str(shared_data / "ml-1m" / "movies.dat"),
+        str(shared_data / "bert4rec-paper" / "ml-1m.txt.gz"),
+    )
+    assert meta is not None and meta["10"]["title"] == "American Beauty (1999)"

@@ -152,3 +152,29 @@ def test_cli_recommend_history_and_file(
     assert got_a == [str(i) for i, _ in rec.recommend([ids[0], ids[1]], k=3)]
     assert main(["recommend", run, "--input", str(log), "--quiet"]) == 2
     assert "needs --output" in capsys.readouterr().err
+
+
+def test_titles_of_a_renumbered_user_item_file_join_through_its_map_or_are_refused(
+    tmp_path: Path,
+) -> None:
+    """A `user item` file numbers items itself: a movies.dat given for it is joined through
+    the id map beside it (file item 1 = movie 50 here), and refused without one."""
+    from seqrec.errors import ConfigError
+    from seqrec.recommender import item_metadata
+
+    data = tmp_path / "paper" / "toy.txt"
+    data.parent.mkdir()
+    data.write_text("1 1\n1 2\n")
+    movies = tmp_path / "movies.dat"
+    movies.write_bytes(b"1::GoldenEye (1995)::Action\n50::The Usual Suspects (1995)::Crime\n")
+    with pytest.raises(ConfigError, match="numbers its items itself"):
+        item_metadata(movies, str(data))
+    (data.parent / "ml-1m.item-map.txt").write_text("1 50\n2 1\n")
+    meta = item_metadata(movies, str(data))
+    assert meta is not None
+    assert meta["1"]["title"] == "The Usual Suspects (1995)"
+    assert meta["2"]["title"] == "GoldenEye (1995)"
+    # a raw log's ids are the movies' own: joined directly
+    raw = tmp_path / "ratings.dat"
+    raw.write_text("1::1::5::1\n")
+    assert item_metadata(movies, str(raw))["1"]["title"] == "GoldenEye (1995)"  # type: ignore[index]

@@ -33,10 +33,10 @@ from tqdm import tqdm
 
 from seqrec.checkpoint import Run, load_run
 from seqrec.data.ids import IdCodec
-from seqrec.data.io import read_interactions
+from seqrec.data.io import detect_format, read_interactions
 from seqrec.data.prepared import PreparedDataset, load_prepared
 from seqrec.data.preprocess import left_pad
-from seqrec.errors import ConfigError, SeqrecError
+from seqrec.errors import ConfigError, DataError, SeqrecError
 from seqrec.provenance import atomic_write
 from seqrec.rundir import RunDir
 
@@ -350,27 +350,39 @@ def _train_popularity(ds: PreparedDataset) -> np.ndarray:
     return np.bincount(train.items, minlength=train.n_items + 1).astype(np.float32)
 
 
+ITEM_MAP = "ml-1m.item-map.txt"  # beside the papers' ML-1M file: `paper_id movielens_id`
+
+
 def item_metadata(
     path: str | Path | None = None, data: str | None = None
 ) -> dict[str, dict[str, Any]] | None:
     """{str(external item id): {"title", "genres"}} from a MovieLens `movies.dat`: the file
     given, else one found beside the training data (official ML-1M: `movies.dat` in the same
-    folder; the papers' file: `ml-1m.item-map.txt` beside it and `../ml-1m/movies.dat`)."""
+    folder; the papers' file: `../ml-1m/movies.dat`). The papers' `user item` files number
+    their items themselves (paper item 10 is MovieLens 2858): their titles are joined through
+    the id map beside them (`ml-1m.item-map.txt`), and a given `movies.dat` that cannot be
+    joined so is refused in one line rather than showing other films' titles."""
+    src = Path(data) if data else None
+    renumbered = src is not None and _is_user_item(src)
     mapping: dict[str, str] | None = None
-    if path is None and data:
-        src = Path(data)
-        if (src.parent / "movies.dat").exists():
-            path = src.parent / "movies.dat"
-        elif (src.parent / "ml-1m.item-map.txt").exists() and (
-            src.parent.parent / "ml-1m" / "movies.dat"
-        ).exists():
-            path = src.parent.parent / "ml-1m" / "movies.dat"
-            lines = (src.parent / "ml-1m.item-map.txt").read_text().split("\n")
+    if renumbered and src is not None:
+        id_map = src.parent / ITEM_MAP
+        if id_map.exists():
             mapping = {}
-            for line in lines:
+            for line in id_map.read_text().split("\n"):
                 if line.strip():
                     ours, movie = line.split()
                     mapping[movie] = ours
+        elif path is not None:
+            raise ConfigError(
+                f"--items {path}: {src.name} numbers its items itself (a `user item` file), "
+                f"and no {ITEM_MAP} beside it says which film each is; titles would be wrong"
+            )
+    if path is None and src is not None:
+        if (src.parent / "movies.dat").exists():
+            path = src.parent / "movies.dat"
+        elif mapping is not None and (src.parent.parent / "ml-1m" / "movies.dat").exists():
+            path = src.parent.parent / "ml-1m" / "movies.dat"
     if path is None:
         return None
     p = Path(path)
@@ -388,6 +400,13 @@ def item_metadata(
         if key is not None:
             out[key] = {"title": title, "genres": genres.split("|")}
     return out
+
+
+def _is_user_item(path: Path) -> bool:
+    try:
+        return detect_format(path) == "user-item"
+    except DataError:
+        return False
 
 
 def read_histories(
