@@ -377,3 +377,18 @@ def test_a_known_user_is_asked_for_by_id_alone(tiny_runs: dict[str, Path]) -> No
         assert [r["item"] for r in out["items"]] == [i for i, _ in rec.recommend_user(user, k=5)]
         assert _call(url, "/recommend", {"user": "nobody", "k": 5})[0] == 422
         assert _call(url, "/recommend", {"k": 5})[0] == 422
+
+
+def test_the_openapi_schema_types_the_answers_with_examples(
+    server: tuple[str, Recommender],
+) -> None:
+    url, _ = server
+    status, schema = _call(url, "/openapi.json")
+    assert status == 200
+    ok = schema["paths"]["/recommend"]["post"]["responses"]["200"]["content"]
+    assert ok["application/json"]["schema"]["$ref"].endswith("/Recommendations")
+    answer = schema["components"]["schemas"]["Recommendations"]
+    assert set(answer["properties"]) == {"items", "dropped", "user_known"}
+    assert "example" in answer and answer["example"]["items"][0]["score"] == 3.21
+    batch = schema["paths"]["/recommend/batch"]["post"]["responses"]["200"]["content"]
+    assert batch["application/json"]["schema"]["$ref"].endswith("/BatchRecommendations")

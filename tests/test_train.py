@@ -514,3 +514,22 @@ def test_a_run_times_its_epochs_tiers_once_and_records_them(
     # reused as it was decided, without timing again
     assert train.train_or_reuse(tmp_path / "run", cfg, toy, progress=False) == result.metrics
     assert len(timed) == 1
+
+
+def test_a_run_not_above_pop_on_validation_says_so(
+    toy: PreparedDataset, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An untrained model (lr 0) ranks at random: its validation is below POP's, and the run
+    says so in one line; POP's number is recorded beside it."""
+    untrained = fit(toy, _config(max_epochs=1, lr=0.0), tmp_path / "u", progress=False)
+    err = capsys.readouterr().err
+    assert err.count("is not above POP's") == 1
+    pop = untrained.metrics["valid_pop"]["full"]["ndcg@10"]
+    assert untrained.metrics["valid"]["full"]["ndcg@10"] <= pop
+    trained = fit(toy, _config(max_epochs=6), tmp_path / "t", progress=False)
+    assert "POP" not in capsys.readouterr().err
+    assert (
+        trained.metrics["valid"]["full"]["ndcg@10"]
+        > trained.metrics["valid_pop"]["full"]["ndcg@10"]
+    )
+    assert trained.metrics["valid_pop"] == untrained.metrics["valid_pop"]  # the same data

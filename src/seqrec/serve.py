@@ -208,6 +208,35 @@ def create_app(
             "term is left out)",
         )
 
+    example_item = rec.item_ids[0] if rec.item_ids else 1
+
+    class Scored(pydantic.BaseModel):
+        item: Item = pydantic.Field(description="an item id of the training data")
+        score: float = pydantic.Field(description="the model's score (higher ranks first)")
+        title: str | None = pydantic.Field(None, description="from the item metadata, if any")
+        genres: list[str] | None = None
+
+    class Recommendations(pydantic.BaseModel):
+        model_config = pydantic.ConfigDict(
+            json_schema_extra={
+                "example": {
+                    "items": [{"item": example_item, "score": 3.21}],
+                    "dropped": ["an-unknown-id"],
+                }
+            }
+        )
+        items: list[Scored] = pydantic.Field(description="the top k, best first")
+        dropped: list[Item] = pydantic.Field(description="history ids the model does not know")
+        user_known: bool | None = pydantic.Field(
+            None, description="with `user`: whether it is a user of the training data"
+        )
+
+    class BatchRecommendations(pydantic.BaseModel):
+        results: list[Recommendations] = pydantic.Field(description="one per history, in order")
+
+    class Status(pydantic.BaseModel):
+        status: str
+
     class BatchRequest(pydantic.BaseModel):
         model_config = pydantic.ConfigDict(extra="forbid")
         histories: list[list[Item]] = pydantic.Field(max_length=opts.max_batch)
@@ -272,11 +301,11 @@ def create_app(
             out.append(row)
         return out
 
-    @app.get("/health")
+    @app.get("/health", response_model=Status)
     def health() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/ready")
+    @app.get("/ready", response_model=Status)
     def ready() -> dict[str, str]:
         return {"status": "ready"}
 
@@ -284,7 +313,7 @@ def create_app(
     def model() -> dict[str, Any]:
         return {**rec.info(), "version": __version__}
 
-    @app.post("/recommend")
+    @app.post("/recommend", response_model=Recommendations, response_model_exclude_none=True)
     def recommend(req: RecommendRequest) -> dict[str, Any]:
         row = None if req.user is None else rec.user_index(req.user)
         if req.history is not None:
@@ -313,7 +342,9 @@ def create_app(
             out["user_known"] = row is not None
         return out
 
-    @app.post("/recommend/batch")
+    @app.post(
+        "/recommend/batch", response_model=BatchRecommendations, response_model_exclude_none=True
+    )
     def recommend_batch(req: BatchRequest) -> dict[str, Any]:
         for h in req.histories:
             check_length(h)

@@ -697,6 +697,36 @@ def _validate(training: Training, ds: PreparedDataset, device: torch.device) -> 
     return float(report.metrics[protocol][t.val_metric])
 
 
+def _compare_with_pop(
+    metrics: dict[str, Any], cfg: RunConfig, ds: PreparedDataset, device: torch.device
+) -> None:
+    """POP's validation metric beside the chosen state's (metrics["valid_pop"]); one line on
+    stderr when the model did not beat it (too short a budget, or a recipe that does not
+    suit the data)."""
+    from seqrec.models.baselines import Popularity
+
+    t = cfg.train
+    protocol = parse_protocols(t.val_protocol)[0]
+    report = ds.evaluate(
+        Popularity.fit(ds.split.training(t.train_on)),
+        "valid",
+        protocols=(protocol,),
+        ks=cfg.eval.ks,
+        batch_size=cfg.eval.batch_size,
+        device=device,
+    )
+    pop = float(report.metrics[protocol][t.val_metric])
+    ours = float(metrics["valid"][protocol][t.val_metric])
+    metrics["valid_pop"] = {protocol: {t.val_metric: pop}}
+    if ours <= pop:
+        print(
+            f"warning: validation {protocol} {t.val_metric} {ours:.4f} is not above POP's "
+            f"{pop:.4f}: the model learned no more than popularity (a longer budget, or "
+            "another recipe)",
+            file=sys.stderr,
+        )
+
+
 def _test_splits(cfg: RunConfig) -> tuple[Split, ...]:
     """What the chosen state is evaluated on: validation and test (nothing was validated when
     it trained on train+valid: test only)."""
@@ -734,6 +764,8 @@ def _test(
             device=device,
         )
         metrics[split] = report.metrics
+    if validating:
+        _compare_with_pop(metrics, cfg, ds, device)
     history = loop.history
     train_seconds = sum(h["epoch_s"] for h in history)
     n_samples = sum(h["sequences"] for h in history)
