@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -178,3 +179,25 @@ def test_titles_of_a_renumbered_user_item_file_join_through_its_map_or_are_refus
     raw = tmp_path / "ratings.dat"
     raw.write_text("1::1::5::1\n")
     assert item_metadata(movies, str(raw))["1"]["title"] == "GoldenEye (1995)"  # type: ignore[index]
+
+
+def test_batches_are_bounded_by_the_catalogue_and_answer_the_same(
+    rec: Recommender, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A catalogue's scores per batch stay within evaluation's byte bound: with a bound that
+    fits 3 rows, batches of 3 give the answers of one batch."""
+    histories = [rec.encode(rec.item_ids[i : i + 5]).ids for i in range(0, 40, 4)]
+    want = rec.recommend_encoded(histories, 5)
+    calls: list[int] = []
+    real = rec._scores
+
+    def counted(items: Any, starts: Any, ends: Any, users: Any = None) -> Any:
+        calls.append(len(starts))
+        return real(items, starts, ends, users)
+
+    monkeypatch.setattr(rec, "scores_bytes", 3 * 4 * (rec.n_items + 1))
+    monkeypatch.setattr(rec, "_scores", counted)
+    got = rec.recommend_encoded(histories, 5)
+    for g, w in zip(got, want, strict=True):
+        _same(g, w)  # the same items, scores to float rounding (other batch shapes)
+    assert max(calls) == 3 and sum(calls) == len(histories)

@@ -37,6 +37,7 @@ from seqrec.data.io import detect_format, read_interactions
 from seqrec.data.prepared import PreparedDataset, load_prepared
 from seqrec.data.preprocess import left_pad
 from seqrec.errors import ConfigError, DataError, SeqrecError
+from seqrec.evaluate import SCORES_BYTES
 from seqrec.provenance import atomic_write
 from seqrec.rundir import RunDir
 
@@ -100,6 +101,7 @@ class Recommender:
         self.metadata = metadata
         self.unknown = unknown
         self.batch_size = batch_size
+        self.scores_bytes = SCORES_BYTES  # a batch's (rows, catalogue) scores at most
         # score under bfloat16 autocast (docs/performance.md measures its top-10 agreement)
         self.bf16 = bf16
         self.max_len: int | None = getattr(self.model, "max_len", None)
@@ -254,11 +256,13 @@ class Recommender:
         # batches of similar lengths pad little; the answers go back to the input order
         order = np.argsort([len(h) for h in histories], kind="stable")
         bar = tqdm(total=len(histories), desc="recommend", unit="history", disable=not progress)
-        for lo in range(0, len(histories), self.batch_size):
+        # rows a batch, so that its (rows, catalogue) scores stay within evaluation's bound
+        step = max(1, min(self.batch_size, self.scores_bytes // (4 * (self.n_items + 1))))
+        for lo in range(0, len(histories), step):
             if deadline is not None and time.monotonic() > deadline:
                 bar.close()
                 raise TimeoutError(f"stopped after {lo} of {len(histories)} histories")
-            rows = order[lo : lo + self.batch_size]
+            rows = order[lo : lo + step]
             items, starts, ends = _csr([histories[r] for r in rows])
             user_rows = None if users is None else np.asarray(users, dtype=np.int64)[rows]
             scores = self._scores(items, starts, ends, user_rows)  # (B, n + 1)
