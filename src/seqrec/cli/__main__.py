@@ -1,0 +1,3 @@
+from seqrec.cli import main
+
+raise SystemExit(main())

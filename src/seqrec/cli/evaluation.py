@@ -1,0 +1,279 @@
+"""`seqrec evaluate`, `significance`, `compare`, `plot`, `attention`: what runs reach."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from seqrec.checkpoint import load_run
+from seqrec.cli.common import (
+    _add_data_flags,
+    _add_kcore_flags,
+    _add_trust_flag,
+    _prepare,
+    _run_config,
+    _settings_of_the_run,
+)
+from seqrec.data.prepared import PreparedDataset, load_prepared, prepare
+from seqrec.errors import ConfigError, SeqrecError
+from seqrec.evaluate import (
+    EvalReport,
+    Scorer,
+    compare_reports,
+    load_ranks,
+    parse_protocols,
+    save_ranks,
+)
+from seqrec.metrics import metric_names, paired_test
+from seqrec.models.baselines import Popularity
+from seqrec.outputs import check_out_file
+from seqrec.report import metrics_table, run_label
+from seqrec.train import resolve_device
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    if args.save_ranks:
+        check_out_file(Path(args.save_ranks), replace=args.force, inputs=[args.model, args.data])
+    protocols_arg = args.protocol
+    ks_arg = [int(k) for k in args.k.split(",")] if args.k else None
+    scorer: Scorer
+    if args.model == "pop":
+        if not args.data:
+            raise ConfigError("evaluate pop: give --data")
+        cfg = _run_config(args)
+        ds = _prepare(args, cfg)
+        scorer = Popularity.fit(ds.split.train)  # counts the training part only
+        name, device = "pop", "cpu"
+    elif Path(args.model).is_dir():
+        _settings_of_the_run(args, args.model)
+        device = str(resolve_device("auto"))
+        run = load_run(args.model, device=device, trust=args.trust)
+        cfg = run.config
+        ds = _prepare(args, cfg, inputs=[args.model])
+        if list(ds.item_ids) != list(run.item_ids):
+            raise ConfigError(
+                f"{args.model}: the run was trained on other items than {args.data} gives "
+                f"({len(run.item_ids)} vs {len(ds.item_ids)})"
+            )
+        scorer = run.model
+        name = run_label(cfg.model, cfg.train.loss)
+    else:
+        raise SeqrecError(f"{args.model}: neither 'pop' nor a run directory")
+    report = ds.evaluate(
+        scorer,
+        args.split,
+        protocols=parse_protocols(protocols_arg or cfg.eval.protocols),
+        ks=ks_arg or list(cfg.eval.ks),
+        batch_size=cfg.eval.batch_size,
+        device=device,
+        progress=not args.quiet,
+    )
+    _print_report(args, report, name, ds)
+    return 0
+
+
+def _print_report(
+    args: argparse.Namespace, report: EvalReport, name: str, ds: PreparedDataset
+) -> None:
+    if args.save_ranks:
+        save_ranks(report, Path(args.save_ranks), ds.user_ids)
+    if args.json:
+        print(json.dumps(report.metrics))
+    else:
+        print(metrics_table(report.metrics, model=name, with_paper=args.split == "test"))
+
+
+def cmd_significance(args: argparse.Namespace) -> int:
+    a, b = load_ranks(Path(args.ranks_a)), load_ranks(Path(args.ranks_b))
+    out = {}
+    for protocol in parse_protocols(args.protocol):
+        if protocol not in a or protocol not in b:
+            raise SeqrecError(f"protocol {protocol} is missing from one of the rank files")
+        out[protocol] = paired_test(a[protocol], b[protocol], args.metric)
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(
+            f"| protocol | {args.metric} A | {args.metric} B | diff | t-test p "
+            "| Wilcoxon p | users |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        for p, r in out.items():
+            print(
+                f"| {p} | {r['metric_a']:.4f} | {r['metric_b']:.4f} | {r['diff']:+.4f} | "
+                f"{r['t_pvalue']:.3g} | {r['wilcoxon_pvalue']:.3g} | {r['n_users']} |"
+            )
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Evaluate two or more runs on the same split and print their metrics side by side under
+    every protocol, with the paired tests of each run against the first."""
+    if len(args.runs) < 2:
+        raise SeqrecError("compare needs at least two run directories")
+    if len({Path(d).resolve() for d in args.runs}) < len(args.runs):
+        raise SeqrecError("compare: a run directory is given twice")
+    runs = [load_run(d, device=str(resolve_device("auto")), trust=args.trust) for d in args.runs]
+    names = [Path(d).resolve().name for d in args.runs]
+    if len(set(names)) < len(names):  # same folder names in different places
+        names = [str(d) for d in args.runs]
+    if args.data:
+        ds = prepare(args.data, data_cfg=runs[0].config.data, eval_cfg=runs[0].config.eval)
+    else:  # the prepared dataset the first run was trained on
+        prepared = runs[0].source.get("prepared")
+        if not prepared or not Path(prepared).exists():
+            raise ConfigError(f"{args.runs[0]}: its prepared data is gone; pass --data")
+        ds = load_prepared(prepared)
+    for name, run in zip(names, runs, strict=True):
+        if list(run.item_ids) != list(ds.item_ids):
+            raise ConfigError(f"{name}: trained on other items than {ds.path}")
+    protocols = parse_protocols(args.protocol or runs[0].config.eval.protocols)
+    ks = [int(k) for k in args.k.split(",")] if args.k else list(runs[0].config.eval.ks)
+    if args.metric not in metric_names(ks):
+        raise ConfigError(f"--metric {args.metric!r} is not one of {', '.join(metric_names(ks))}")
+    device = str(resolve_device("auto"))
+    reports = {
+        name: ds.evaluate(run.model, args.split, protocols=protocols, ks=ks, device=device)
+        for name, run in zip(names, runs, strict=True)
+    }
+    tests = compare_reports(reports, args.metric)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "split": args.split,
+                    "metrics": {n: r.metrics for n, r in reports.items()},
+                    "paired_tests": tests,
+                }
+            )
+        )
+        return 0
+    print(f"{args.split} split of {ds.name} ({len(reports[names[0]].users):,} users)\n")
+    print("| protocol | metric | " + " | ".join(names) + " |")
+    print("|---|---|" + "---|" * len(names))
+    for p in protocols:
+        for m in metric_names(ks):
+            cells = [f"{reports[n].metrics[p][m]:.4f}" for n in names]
+            print(f"| {p} | {m} | " + " | ".join(cells) + " |")
+    print(f"\nPaired tests on per-user {args.metric}, each run against {names[0]}:\n")
+    print(f"| run | protocol | run - {names[0]} | better | t-test p | Wilcoxon p |")
+    print("|---|---|---|---|---|---|")
+    for n, by_protocol in tests.items():
+        for p, r in by_protocol.items():
+            gain = -r["diff"]  # the tests' diff is base - run
+            better = n if gain > 0 else names[0] if gain < 0 else "="
+            print(
+                f"| {n} | {p} | {gain:+.4f} | {better} | {r['t_pvalue']:.3g} "
+                f"| {r['wilcoxon_pvalue']:.3g} |"
+            )
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    """Validation curves of one or more runs in one PNG."""
+    from seqrec.plots import plot_curves
+
+    out = Path(args.out) if args.out else Path(args.runs[0]) / "curves.png"
+    check_out_file(out, replace=args.force)
+    print(f"-> {plot_curves(args.runs, out, trust=args.trust)}")
+    return 0
+
+
+def cmd_attention(args: argparse.Namespace) -> int:
+    """BERT4Rec Figure 2: average attention heat-maps of the last positions, per layer and head."""
+    import tempfile
+
+    import numpy as np
+    import torch
+
+    from seqrec.attention import attention_maps, plot_attention
+    from seqrec.evaluate import pad_histories
+    from seqrec.provenance import atomic_write, write_json
+
+    out = Path(args.figure) if args.figure else Path(args.run) / "attention.png"
+    for path in (out, out.with_suffix(".json")):
+        check_out_file(path, replace=args.force, inputs=[args.data])
+    _settings_of_the_run(args, args.run)
+    run = load_run(args.run, trust=args.trust)
+    ds = _prepare(args, run.config, inputs=[args.run])
+    if list(ds.item_ids) != list(run.item_ids):
+        raise ConfigError(
+            f"{args.run}: the run was trained on other items than {args.data} gives "
+            f"({len(run.item_ids)} vs {len(ds.item_ids)})"
+        )
+    test = ds.split.test
+    rows = np.arange(len(test.users))
+    if args.users:
+        wanted = args.users.split(",")
+        index = {str(u): i for i, u in enumerate(ds.user_ids)}
+        missing = [u for u in wanted if u not in index]
+        if missing:
+            raise SeqrecError(f"--users: no test user {', '.join(missing[:5])} in {args.data}")
+        position = {int(u): e for e, u in enumerate(test.users)}
+        rows = np.array([position[index[u]] for u in wanted if index[u] in position])
+    max_len = int(run.model.max_len)
+    histories = torch.as_tensor(pad_histories(test.histories, rows, max_len))
+    maps = attention_maps(run.model, histories, last=args.last)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        staged = Path(tmp) / out.name
+        plot_attention(maps, str(staged), title=f"{run.config.model}: {args.run}")
+        atomic_write(out, lambda f: f.write(staged.read_bytes()))
+    write_json(out.with_suffix(".json"), {"run": str(args.run), **maps.to_json()})
+    print(f"{maps.users:,} users averaged -> {out} and {out.with_suffix('.json')}")
+    return 0
+
+
+def add_parsers(sub: Any) -> None:
+    p = sub.add_parser("evaluate", help="evaluate a model under full / uni100 / pop100")
+    p.add_argument("model", help="'pop', or a run directory from `seqrec train`")
+    _add_data_flags(p, on_a_run=True)
+    _add_kcore_flags(p)
+    p.add_argument("--protocol", help="comma-separated: full,uni100,pop100 (default: all)")
+    p.add_argument("--split", choices=["test", "valid"], default="test")
+    p.add_argument("--k", help="comma-separated cut-offs (default 1,5,10)")
+    p.add_argument("--save-ranks", metavar="FILE.parquet", help="write every user's rank")
+    p.add_argument("--json", action="store_true")
+    _add_trust_flag(p)
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("significance", help="paired t-test and Wilcoxon between two rank files")
+    p.add_argument("ranks_a")
+    p.add_argument("ranks_b")
+    p.add_argument("--metric", default="ndcg@10")
+    p.add_argument("--protocol", default="full")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_significance)
+
+    p = sub.add_parser("compare", help="runs side by side, every protocol, paired tests")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="two or more run directories")
+    p.add_argument("--data", help="the dataset (default: the first run's prepared data)")
+    p.add_argument("--split", choices=["test", "valid"], default="test")
+    p.add_argument("--protocol", help="comma-separated: full,uni100,pop100 (default: all)")
+    p.add_argument("--k", help="comma-separated cut-offs (default 1,5,10)")
+    p.add_argument("--metric", default="ndcg@10", help="per-user metric of the paired tests")
+    p.add_argument("--json", action="store_true")
+    _add_trust_flag(p)
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser(
+        "attention", help="average attention heat-maps of the last positions (BERT4Rec Fig. 2)"
+    )
+    p.add_argument("run", metavar="RUN_DIR")
+    _add_data_flags(p, on_a_run=True)
+    p.add_argument("--users", help="comma-separated user ids (default: every test user)")
+    p.add_argument("--last", type=int, default=10, help="positions from the end (10)")
+    p.add_argument("--figure", help="the PNG (default: attention.png in the run); JSON beside it")
+    _add_trust_flag(p)
+    p.set_defaults(func=cmd_attention)
+
+    p = sub.add_parser("plot", help="the validation curves of runs, by epoch and by minutes")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("--out", help="the PNG (default: curves.png in the first run)")
+    p.add_argument("--force", action="store_true", help="replace an existing --out file")
+    p.add_argument(
+        "--trust", action="store_true", help="read runs that have no manifest (sha256.json)"
+    )
+    p.set_defaults(func=cmd_plot)

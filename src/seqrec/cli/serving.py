@@ -1,0 +1,198 @@
+"""`seqrec recommend`, `serve`, `export`: a trained model in use."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from seqrec.cli.common import (
+    _add_column_flags,
+    _add_trust_flag,
+    _column_flags,
+    _id_list,
+    _parse_id,
+)
+from seqrec.errors import ConfigError, SeqrecError
+from seqrec.export import FORMATS, export_run
+from seqrec.outputs import check_out_file
+from seqrec.recommender import Recommender, read_histories, write_recommendations
+from seqrec.train import resolve_device
+
+
+def cmd_recommend(args: argparse.Namespace) -> int:
+    """Top-k for one history (--history), a known user (--user), or every history of a file
+    (--input -> --output)."""
+    modes = [args.history is not None, args.user is not None, args.input is not None]
+    if sum(modes) != 1:
+        raise SeqrecError("recommend: give exactly one of --history, --user, --input")
+    if args.input and not args.output:
+        raise SeqrecError("recommend --input needs --output (a .parquet or .csv file)")
+    if args.output:
+        check_out_file(Path(args.output), replace=args.force, inputs=[args.input, args.run])
+    rec = Recommender.from_run(
+        args.run,
+        device=str(resolve_device("auto")),
+        unknown=args.unknown,
+        metadata=args.items,
+        trust=args.trust,
+    )
+    exclude = not args.include_seen
+    candidates = _id_list(args.candidates) if args.candidates else None
+    if args.input:
+        data = dataclasses.replace(rec.run.config.data, **_column_flags(args))
+        users, histories = read_histories(
+            args.input, user_col=data.user_col, item_col=data.item_col, time_col=data.time_col
+        )
+        recs = rec.recommend_batch(
+            histories, args.k, exclude, candidates, progress=not args.quiet, users=users
+        )
+        path = write_recommendations(args.output, users, recs, rec)
+        if rec.dropped:
+            print(f"dropped {rec.dropped:,} unknown item ids", file=sys.stderr)
+        print(f"{len(users):,} histories -> {path}")
+        return 0
+    if args.user is not None:
+        user = _parse_id(args.user)
+        recs_one = rec.recommend_user(user, args.k, exclude)
+        dropped: list[object] = []
+    else:
+        enc = rec.encode(_id_list(args.history))
+        dropped = list(enc.unknown)
+        (recs_one,) = rec.recommend_encoded([enc.ids], args.k, exclude, candidates=candidates)
+    rows = [
+        {"rank": r, "item": item, "score": score, **(rec.describe(item) or {})}
+        for r, (item, score) in enumerate(recs_one, start=1)
+    ]
+    if args.json:
+        print(json.dumps({"items": rows, "dropped": dropped}))
+        return 0
+    if dropped:
+        print(f"dropped {len(dropped)} unknown item id(s): {dropped[:10]}", file=sys.stderr)
+    has_title = any("title" in r for r in rows)
+    print("| rank | item | score |" + (" title |" if has_title else ""))
+    print("|---|---|---|" + ("---|" if has_title else ""))
+    for r in rows:
+        title = f" {r.get('title', '')} |" if has_title else ""
+        print(f"| {r['rank']} | {r['item']} | {r['score']:.4f} |{title}")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from seqrec.serve import ServeOptions, serve
+
+    for flag in ("max_connections", "max_requests_per_connection", "max_history", "max_batch"):
+        if getattr(args, flag) < 1:
+            raise ConfigError(f"--{flag.replace('_', '-')}: expected >= 1")
+    for flag in ("header_timeout", "keep_alive", "timeout"):
+        if not getattr(args, flag) > 0:
+            raise ConfigError(f"--{flag.replace('_', '-')}: expected a positive number of seconds")
+
+    api_key = None
+    if args.api_key_env:
+        api_key = os.environ.get(args.api_key_env)
+        if not api_key:
+            raise ConfigError(f"--api-key-env {args.api_key_env}: that variable is unset or empty")
+    options = ServeOptions(
+        max_history=args.max_history,
+        max_batch=args.max_batch,
+        max_body=args.max_body,
+        timeout=args.timeout,
+        api_key=api_key,
+        cors_origins=tuple(args.cors_origin),
+        max_connections=args.max_connections,
+        header_timeout=args.header_timeout,
+        keep_alive=args.keep_alive,
+        max_requests=args.max_requests_per_connection,
+    )
+    serve(
+        args.run,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        unknown=args.unknown,
+        options=options,
+        trust=args.trust,
+        insecure=args.insecure,
+        device=str(resolve_device(args.device)),
+    )
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    path = export_run(args.run, args.format, args.out, replace=args.force, trust=args.trust)
+    print(f"{args.format} -> {path}")
+    return 0
+
+
+def add_parsers(sub: Any) -> None:
+    p = sub.add_parser("recommend", help="top-k items for a history, a user, or a file of them")
+    p.add_argument("run", metavar="RUN_DIR")
+    p.add_argument("--history", help="item ids, oldest first: 1193,661,914 ('' = none)")
+    p.add_argument("--user", help="a user of the training data")
+    p.add_argument("--input", help="a CSV/Parquet log with columns user,item[,timestamp]")
+    p.add_argument("--output", help="recommendations file for --input (.parquet or .csv)")
+    _add_column_flags(p)  # default: the columns the run was trained with
+    p.add_argument("--force", action="store_true", help="replace an existing --output file")
+    p.add_argument("-k", type=int, default=10, help="how many items (default 10)")
+    p.add_argument("--include-seen", action="store_true", help="keep the history's own items")
+    p.add_argument("--candidates", help="rank only these item ids: 1,2,3")
+    p.add_argument("--unknown", choices=["drop", "reject"], default="drop")
+    p.add_argument("--items", help="item metadata (MovieLens movies.dat) for titles")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--quiet", action="store_true")
+    _add_trust_flag(p)
+    p.set_defaults(func=cmd_recommend)
+
+    p = sub.add_parser("serve", help="serve a run over HTTP (needs the serve extra)")
+    p.add_argument("run", metavar="RUN_DIR")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--workers", type=int, default=1, help="processes, each loads the model")
+    p.add_argument(
+        "--device", default="cpu", help="where the model scores: cpu (default), cuda, auto"
+    )
+    p.add_argument("--unknown", choices=["drop", "reject"], default="drop")
+    p.add_argument("--max-history", type=int, default=10_000, help="longest history accepted")
+    p.add_argument("--max-batch", type=int, default=1024, help="histories per batch request")
+    p.add_argument("--max-body", type=int, default=1_000_000, help="request body bytes")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds per request (504)")
+    p.add_argument(
+        "--api-key-env", metavar="NAME", help="require 'Authorization: Bearer $NAME' (401)"
+    )
+    p.add_argument("--cors-origin", action="append", default=[], help="allowed origin (none)")
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=1000,
+        help="open connections; one more closes the longest idle (1000)",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a connection has to send a request's headers (10)",
+    )
+    p.add_argument("--keep-alive", type=float, default=5.0, help="idle keep-alive seconds (5)")
+    p.add_argument(
+        "--max-requests-per-connection", type=int, default=1000, help="then it is closed (1000)"
+    )
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a --host other than the loopback without --api-key-env",
+    )
+    _add_trust_flag(p)
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("export", help="export a run's model (ONNX or TorchScript)")
+    p.add_argument("run", metavar="RUN_DIR")
+    p.add_argument("--format", choices=list(FORMATS), default="onnx")
+    p.add_argument("--out", help="the file (default: model.onnx / model.ts in the run)")
+    p.add_argument("--force", action="store_true", help="replace an existing --out file")
+    _add_trust_flag(p)
+    p.set_defaults(func=cmd_export)

@@ -1,0 +1,129 @@
+"""`seqrec train` and `refit`: a run directory out."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from seqrec import registry
+from seqrec.cli.common import (
+    _add_data_flags,
+    _add_run_out_flags,
+    _add_trust_flag,
+    _is_ml1m,
+    _run_config,
+    _say_short_budget,
+    _source_data,
+)
+from seqrec.config import (
+    RunConfig,
+    refit_config,
+    validate,
+)
+from seqrec.data.prepared import prepare
+from seqrec.errors import ConfigError
+from seqrec.report import metrics_table, run_label
+from seqrec.rundir import RunDir
+from seqrec.train import check_run_out, fit
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    if args.resume:
+        # the run goes on with the config it was started with; the data must be the same
+        cfg = RunDir(args.out).config()
+    else:
+        extra = [f"model={json.dumps(args.model)}"]
+        if args.time_budget:
+            extra.append(f"train.time_budget={json.dumps(args.time_budget)}")
+        args.set = [*(args.set or []), *extra]
+        cfg = _run_config(args)
+    _say_short_budget(cfg)
+    return _train(args, cfg, args.data, source={"data": args.data}, inputs=[args.data])
+
+
+def cmd_refit(args: argparse.Namespace) -> int:
+    run = Path(args.run)
+    if args.resume:
+        cfg = RunDir(args.out).config()
+        data = args.data or _source_data(Path(args.out))
+    else:
+        metrics = RunDir(run, trust=args.trust).metrics()
+        if metrics is None:
+            raise ConfigError(
+                f"{run}: the run has not finished (no metrics yet); a refit needs the epoch "
+                "its validation chose"
+            )
+        best = int(metrics["best_epoch"])
+        cfg = refit_config(RunDir(run, trust=args.trust).config(), best)
+        data = args.data or _source_data(run)
+        print(
+            f"refit of {run}: {cfg.train.max_epochs} epochs (its validation chose epoch {best}) "
+            "on the training and validation items; the last state is tested",
+            flush=True,
+        )
+    return _train(args, cfg, data, source={"data": data, "refit_of": str(run)}, inputs=[data, run])
+
+
+def _train(
+    args: argparse.Namespace,
+    cfg: RunConfig,
+    data: str,
+    source: dict[str, str],
+    inputs: Sequence[str | Path],
+) -> int:
+    """Train `cfg` on `data` into --out (or resume it there) and print the test metrics; --out
+    may not be or contain any of `inputs`."""
+    inputs = [p for p in inputs if Path(p).exists()]
+    validate(cfg)  # before anything is prepared or written
+    check_run_out(Path(args.out), resume=args.resume, inputs=inputs)
+    ds = prepare(
+        data, data_cfg=cfg.data, eval_cfg=cfg.eval, force=args.force, progress=not args.quiet
+    )
+    result = fit(
+        ds,
+        cfg,
+        Path(args.out),
+        resume=args.resume,
+        progress=not args.quiet,
+        source=source,
+        inputs=inputs,
+        break_lock=args.break_lock,
+        keep_checkpoints=args.keep_checkpoints,
+    )
+    m = result.metrics
+    label = run_label(cfg.model, cfg.train.loss)
+    print(metrics_table(m["test"], model=label, with_paper=_is_ml1m(ds)))
+    print(
+        f"\n{m['epochs']} epochs ({m['stopped']}), tested epoch {m['best_epoch']}, chosen by "
+        f"{m['selected_on']}; {m['train_time_s'] / 60:.1f} min, {m['seq_per_s']:.0f} seq/s "
+        f"-> {result.run_dir}"
+    )
+    return 0
+
+
+def add_parsers(sub: Any) -> None:
+    p = sub.add_parser("train", help="train a model; the run directory gets everything")
+    p.add_argument("model", choices=list(registry.MODELS))
+    _add_data_flags(p, out_help="the run directory (created; must be new unless --resume)")
+    p.add_argument("--time-budget", metavar="DURATION", help="wall clock for training: 20m, 1h")
+    p.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
+    _add_run_out_flags(p)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser(
+        "refit",
+        help="train a finished run's config again on the training and validation items, for "
+        "the epochs its validation chose (the state to serve)",
+    )
+    p.add_argument("run", metavar="RUN_DIR", help="a finished run trained on the training part")
+    p.add_argument("--out", required=True, help="the new run directory (created)")
+    p.add_argument("--data", help="the dataset (default: the one the run records)")
+    p.add_argument("--force", action="store_true", help="prepare again even if unchanged")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--resume", action="store_true", help="continue the interrupted refit in --out")
+    _add_trust_flag(p)
+    _add_run_out_flags(p)
+    p.set_defaults(func=cmd_refit)
