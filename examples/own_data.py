@@ -45,4 +45,4 @@ if __name__ == "__main__":
     print(model.similar_items([top["item"][0]], k=5))  # item-to-item
     with tempfile.TemporaryDirectory() as tmp:
         again = seqrec.load(model.save(f"{tmp}/model")).recommend(users, k=10)
-    print("same after save/load:", again.equals(top))
+    print("same after save/load:", again["item"].equals(top["item"]))

@@ -321,8 +321,12 @@ class BERT4Rec(Model):
         return params
 
 
-def load(path: str | Path, *, device: str = "cpu", trust: bool = False) -> Model:
-    """A fitted Model from a run directory (`Model.save`, or any `seqrec train` run)."""
+def load(path: str | Path, *, device: str = "auto", trust: bool = False) -> Model:
+    """A fitted Model from a run directory (`Model.save`, or any `seqrec train` run), scoring
+    on `device` (auto: a GPU when there is one, as training does)."""
+    from seqrec.train import resolve_device
+
+    device = str(resolve_device(device))
     run = RunDir(path, trust=trust)
     cfg = run.config()
     cls = {"sasrec": SASRec, "bert4rec": BERT4Rec}.get(cfg.model)
