@@ -259,3 +259,16 @@ def test_train_says_in_one_line_what_a_short_budget_changes(
     _say_short_budget(load_config(RunConfig, "ml-1m-bert4rec", [minutes]))  # its own 60 minutes
     _say_short_budget(load_config(RunConfig, "ml-1m-sasrec-ce", ['train.time_budget="1m"']))
     assert capsys.readouterr().out == ""
+
+
+def test_sasrec_without_a_config_starts_from_full_cross_entropy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = _log(tmp_path)
+    tiny = ["--set", "sasrec.max_len=8", "--set", "sasrec.d_model=8", "--set", "train.max_epochs=1"]
+    base = ["train", "sasrec", "--data", str(src), "--quiet", *tiny]
+    assert main([*base, "--out", str(tmp_path / "ce")]) == 0
+    assert "full cross-entropy (SASRec+CE)" in capsys.readouterr().out
+    assert json.loads((tmp_path / "ce" / "config.json").read_text())["train"]["loss"] == "ce"
+    assert main([*base, "--out", str(tmp_path / "bce"), "--set", 'train.loss="bce"']) == 0
+    assert json.loads((tmp_path / "bce" / "config.json").read_text())["train"]["loss"] == "bce"
