@@ -28,7 +28,7 @@ from typing import Any
 import polars as pl
 import torch
 
-from seqrec.config import RunConfig, default_config, load_config
+from seqrec.config import RunConfig, default_config, load_config, validate
 from seqrec.data.prepared import PreparedDataset, prepare
 from seqrec.errors import ConfigError, SeqrecError
 from seqrec.outputs import check_out_dir
@@ -101,8 +101,6 @@ class Model:
         if self.time_budget is not None:
             overrides.append(f"train.time_budget={json.dumps(self.time_budget)}")
         cfg = load_config(RunConfig, None, [*overrides, *self.set], base=base)
-        from seqrec.config import validate
-
         return validate(cfg, type(self).__name__)
 
     def _key(self, cfg: RunConfig, name: str) -> str:

@@ -44,6 +44,17 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_reuse_flags(p: argparse.ArgumentParser) -> None:
+    """The flags `experiment` and `reproduce` share, and the command they run."""
+    p.add_argument(
+        "--trust",
+        action="store_true",
+        help="reuse finished runs that have no manifest (sha256.json): an older seqrec's",
+    )
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_experiment)
+
+
 def add_parsers(sub: Any) -> None:
     p = sub.add_parser(
         "experiment", help="a declarative sweep: each point a run, results as they finish"
@@ -57,13 +68,7 @@ def add_parsers(sub: Any) -> None:
         help="train every point for this many epochs, no time budget (results: SPEC-<N>ep)",
     )
     p.add_argument("--dry-run", action="store_true", help="list the points, train nothing")
-    p.add_argument(
-        "--trust",
-        action="store_true",
-        help="reuse finished runs that have no manifest (sha256.json): an older seqrec's",
-    )
-    p.add_argument("--quiet", action="store_true")
-    p.set_defaults(func=cmd_experiment)
+    _add_reuse_flags(p)
 
     p = sub.add_parser(
         "reproduce",
@@ -74,10 +79,4 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--time-budget", help="one budget for every row (default: each row's own)")
     p.add_argument("--runs-dir", help="where the rows' runs go (default: $SEQREC_HOME/runs)")
     p.add_argument("--dry-run", action="store_true", help="list the rows, train nothing")
-    p.add_argument(
-        "--trust",
-        action="store_true",
-        help="reuse finished runs that have no manifest (sha256.json): an older seqrec's",
-    )
-    p.add_argument("--quiet", action="store_true")
-    p.set_defaults(func=cmd_experiment)
+    _add_reuse_flags(p)
