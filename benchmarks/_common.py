@@ -1,10 +1,8 @@
 """Shared by the benchmark scripts: the one way a result is written and a run is reused.
 
-Every result is written as JSON + Markdown together with the command, the commit that evaluated
-it (and whether the tree was clean; the uncommitted diff when it was not), the machine (CPU model,
-cores, ISA flags, GPU, versions), the seeds, and for every training run it reports: its fully
-resolved config, the commit it was trained at (its diff when dirty), its training and candidate
-seeds, its machine and its wall times (`run_record`). A finished run is reused only when its
+Every result is written by `seqrec.results.write_results` (JSON + Markdown with the command,
+the evaluating commit and its diff when dirty, the machine, the seeds and a record of every
+training run reported) into benchmarks/results/<area>/. A finished run is reused only when its
 config equals the requested one (`train_or_reuse`).
 """
 
@@ -14,49 +12,45 @@ import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from seqrec.provenance import atomic_write, describe_machine, git_commit, git_diff, machine
+from seqrec import results
 
 RESULTS = Path(__file__).parent / "results"
 
 
-def run_record(run_dir: Path) -> dict[str, Any]:
-    """What a results file records of one training run, read from its run directory."""
-    from seqrec.rundir import RunDir
+# where each script's results go (benchmarks/results/<area>/); INDEX.md lists them all
+SCRIPT_AREA = {
+    "baselines_ml1m": "baselines",
+    "beauty": "evaluation",
+    "bert4rec_ml1m": "bert4rec",
+    "ce_chunks": "performance",
+    "eval_speed": "performance",
+    "fuzz_campaign": "reliability",
+    "hidden_collapse": "sasrec",
+    "inference": "performance",
+    "peers": "performance",
+    "pop_beauty": "evaluation",
+    "pop_ml1m": "evaluation",
+    "prepare_scale": "performance",
+    "probes": "bert4rec",
+    "recipes": "recipes",
+    "sasrec_ml1m": "sasrec",
+    "serve_load": "performance",
+    "speed_options_quality": "performance",
+    "target_counts": "evaluation",
+    "throughput": "performance",
+    "time_to_quality": "bert4rec",
+}
 
-    run = RunDir(run_dir, trust=True)  # the benchmarks' own runs, some older than the manifest
-    config = run.config_dict()
-    source = config.pop("source", {})
-    metrics = run.metrics() or {}
-    commit = str(metrics.get("git_commit", "unknown"))
-    return {
-        "run_dir": str(run_dir),
-        "config": config,  # resolved: defaults -> file -> overrides, every key
-        "source": source,
-        "trained_at": {
-            "commit": commit.removesuffix("-dirty"),
-            "clean": not commit.endswith("-dirty"),
-            "diff": run.code_diff(),
-        },
-        "train_seed": config["train"]["seed"],
-        "candidate_seed": config["eval"]["negative_seed"],
-        "machine": metrics.get("machine"),
-        "device": metrics.get("device"),
-        **{
-            k: metrics.get(k)
-            for k in (
-                "wall_time_s",
-                "train_time_s",
-                "epochs",
-                "best_epoch",
-                "stopped",
-                "seq_per_s",
-            )
-        },
-    }
+
+def results_stem(name: str, area: str | None = None) -> Path:
+    """benchmarks/results/<area>/<name>: `area` defaults to the running script's."""
+    area = area or SCRIPT_AREA.get(Path(sys.argv[0]).stem)
+    if not area:
+        raise ValueError(f"no results area for {sys.argv[0]}: pass area=")
+    return RESULTS / area / name
 
 
 def write_results(
@@ -66,53 +60,15 @@ def write_results(
     *,
     seeds: Mapping[str, int | None],
     runs: Sequence[Path] = (),
+    area: str | None = None,
 ) -> tuple[Path, Path]:
-    """Write results/<name>.json and results/<name>.md atomically; return their paths.
+    """Write results/<area>/<name>.json and .md through `seqrec.results.write_results` (the
+    one writer, shared with `seqrec experiment`); return their paths.
 
     `seeds`: every seed the numbers depend on (e.g. {"train": 0, "candidates": 42}); `runs`: the
     run directories whose numbers the file reports."""
-    commit = git_commit()
-    meta = {
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "git_commit": commit,
-        "evaluated_at": {
-            "commit": commit.removesuffix("-dirty"),
-            "clean": not commit.endswith("-dirty"),
-            "diff": git_diff(),
-        },
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine(),
-        "seeds": dict(seeds),
-        "run_records": [run_record(r) for r in runs],
-    }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    data = {**meta, **payload}
-    m = meta["machine"]
-    lines = [
-        f"- command: `{meta['command']}`",
-        f"- evaluated at commit `{commit}`"
-        + ("" if meta["evaluated_at"]["clean"] else " (uncommitted diff stored in the JSON)"),
-        f"- date: {meta['date']}",
-        f"- machine: {describe_machine(m)}",
-        f"- seeds: {', '.join(f'{k} {v}' for k, v in meta['seeds'].items())}",
-    ]
-    for r in meta["run_records"]:
-        t = r["trained_at"]
-        wall = f"{r['wall_time_s'] / 60:.1f} min" if r["wall_time_s"] else "unfinished"
-        # a run trained elsewhere (a lent GPU) says where: the machine line above is this one
-        elsewhere = r["machine"] and describe_machine(r["machine"]) != describe_machine(m)
-        lines.append(
-            f"- run `{Path(r['run_dir']).name}`: trained at `{t['commit']}`"
-            f"{'' if t['clean'] else ' (dirty, diff stored)'}, seed {r['train_seed']}, "
-            f"candidates seed {r['candidate_seed']}, {wall}"
-            + (f", on {describe_machine(r['machine'])} ({r['device']})" if elsewhere else "")
-            + "; resolved config in the JSON"
-        )
-    md = f"{markdown.rstrip()}\n\n" + "\n".join(lines) + "\n"
-    paths = (RESULTS / f"{name}.json", RESULTS / f"{name}.md")
-    for path, text in zip(paths, (json.dumps(data, indent=2) + "\n", md), strict=True):
-        atomic_write(path, lambda f, t=text: f.write(t.encode()))
-    return paths
+    stem = results_stem(name, area)
+    return results.write_results(stem, payload, markdown, seeds=seeds, runs=runs)
 
 
 def data_dir(arg: str | None) -> Path:

@@ -4,11 +4,11 @@ Two forms, both read by tests/test_claims.py (`python benchmarks/claims.py [--re
 or first rewrites the copied tables):
 
 - a claim: a number followed by an HTML comment naming its source, e.g.
-  ``0.1810<!-- = time_to_quality.json runs.1.test_full_ndcg@10 -->``: the value at that key
+  ``0.1810<!-- = bert4rec/time_to_quality.json runs.1.test_full_ndcg@10 -->``: the value at that key
   path (dots; list indices are numbers) of benchmarks/results/<file>, shown to the number's
   decimals, must be the number (``x100`` after the key for a percentage, ``/60`` for minutes
   from seconds);
-- a copied table: ``<!-- table: bert4rec_ml1m.md 2 -->`` then a Markdown table, then
+- a copied table: ``<!-- table: bert4rec/bert4rec_ml1m.md 2 -->`` then a Markdown table, then
   ``<!-- /table -->``: the table must be the 2nd table of that results file (1-based), as the
   benchmark wrote it. `--render` rewrites every copied table from its source.
 
@@ -188,7 +188,7 @@ def render_tables(doc: Path) -> bool:
 
 
 def docs() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -142,7 +142,8 @@ def _write(
     seeds.update({f"candidates_{i}": s for i, s in enumerate(cand_seeds)})
     name = args.name or f"seeds_{args.config.replace('-', '_')}"
     payload = {"config": args.config, "budget_min": args.budget, "rows": rows, "summary": summary}
-    write_results(name, payload, "\n".join(lines), seeds=seeds, runs=run_dirs)
+    area = next((m for m in ("sasrec", "bert4rec") if m in args.config), "baselines")
+    write_results(name, payload, "\n".join(lines), seeds=seeds, runs=run_dirs, area=area)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from _common import RESULTS, paper_ml1m, runs_dir, train_or_reuse, write_results
+from _common import paper_ml1m, results_stem, runs_dir, train_or_reuse, write_results
 from seqrec.config import RunConfig, load_config
 from seqrec.data.prepared import prepare
 
@@ -145,8 +145,9 @@ def _summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _write(args: argparse.Namespace, rows: list[dict[str, Any]], run_dirs: list[Path]) -> None:
-    png = RESULTS / f"{args.name}.png"
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    stem = results_stem(args.name)
+    png = stem.with_name(stem.name + ".png")
+    png.parent.mkdir(parents=True, exist_ok=True)
     plot(rows, png)
     summary = _summary(rows)
 

@@ -1,4 +1,4 @@
-"""Every measured number in README.md and docs/*.md is a claim checked against the results file
+"""Every measured number in README.md and docs/**/*.md is a claim checked against the results file
 it comes from, or a table copied from one (benchmarks/claims.py); a mismatch, a missing source
 or an unsourced measured-looking number fails."""
 

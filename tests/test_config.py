@@ -79,7 +79,8 @@ def test_the_recipe_differs_from_the_paper_config_where_documented() -> None:
     recipe = load_config(RunConfig, "ml-1m-bert4rec")
     paper = load_config(RunConfig, "ml-1m-bert4rec-paper")
     changed = {d.split(":")[0] for d in config_diff(recipe, paper)}
-    # docs/bert4rec.md, "The ML-1M recipe": the schedule, batch, dropout, windows, packing, speed
+    # docs/results/bert4rec.md, "The ML-1M recipe": the schedule, batch, dropout, windows,
+    # packing, speed
     assert changed == {
         "bert4rec.attn_dropout",
         "bert4rec.dropout",
@@ -99,7 +100,7 @@ def test_the_recipe_differs_from_the_paper_config_where_documented() -> None:
         "train.warmup_steps",
         "short_budget",
     }
-    # the measured 60-minute recipe (results/bert4rec_ml1m.md): dropout 0.1; none where the
+    # the measured 60-minute recipe (results/bert4rec/bert4rec_ml1m.md): dropout 0.1; none where the
     # budget buys under 120 epochs, and N = 100 under 50 (results/bert4rec_ml1m_maxlen*.md)
     assert (recipe.bert4rec.dropout, recipe.train.time_budget) == (0.1, "60m")
     assert recipe.short_budget == (
@@ -288,3 +289,30 @@ def test_refit_needs_a_run_chosen_on_validation() -> None:
         refit_config(refit_config(cfg, best_epoch=3), best_epoch=3)
     with pytest.raises(ConfigError, match="no chosen epoch"):
         refit_config(cfg, best_epoch=-1)
+
+
+def test_a_recipe_fits_its_sizes_to_the_data_and_an_explicit_size_wins() -> None:
+    import numpy as np
+
+    from seqrec.config import adapt_to_data
+
+    cfg = load_config(RunConfig, "sasrec-ce")
+    assert cfg.adapt == ("max_len", "batch_size")
+    lengths = np.arange(1, 101)  # the 95th percentile: 1 + 0.95 * 99 = 95.05 -> 96 (8 | 96)
+    fitted, said = adapt_to_data(cfg, lengths, n_items=20_000)
+    assert (fitted.sasrec.max_len, fitted.train.batch_size, fitted.adapt) == (96, 128, ())
+    assert said[0].startswith("sasrec.max_len 96")
+    short = np.array([3] * 50)  # never below 16; never above the recipe's 200
+    assert adapt_to_data(cfg, short, 100)[0].sasrec.max_len == 16
+    assert adapt_to_data(cfg, np.array([900] * 5), 100)[0].sasrec.max_len == 200
+    # the batch halves per doubling of the catalogue beyond 20,000, down to 32
+    sizes = (20_000, 20_001, 40_000, 40_001)
+    batches = [adapt_to_data(cfg, lengths, n)[0].train.batch_size for n in sizes]
+    assert batches == [128, 64, 64, 32]
+    assert adapt_to_data(cfg, lengths, 10**7)[0].train.batch_size == 32
+    explicit = load_config(RunConfig, "sasrec-ce", ["sasrec.max_len=50"])
+    assert explicit.adapt == ("batch_size",)
+    assert adapt_to_data(explicit, lengths, 100)[0].sasrec.max_len == 50
+    # a run that fitted its sizes is the same config as the recipe that asked for them
+    assert as_trained(cfg, like=fitted) == as_trained(fitted)
+    assert as_trained(cfg, like=fitted).sasrec.max_len == 96

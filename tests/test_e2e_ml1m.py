@@ -81,13 +81,13 @@ def test_sorting_ties_by_item_id_does_not(shared_data: Path, paper: dict[int, li
 
 def test_pop_gives_the_recorded_numbers_and_both_papers_rows(shared_data: Path) -> None:
     """POP is deterministic (training counts, candidates drawn with seed 42): every metric under
-    every protocol equals the value in benchmarks/results/pop_ml1m.json to 1e-4, and the sampled
-    protocols reproduce both papers' POP rows within 0.015."""
+    every protocol equals the value in benchmarks/results/evaluation/pop_ml1m.json to 1e-4, and
+    the sampled protocols reproduce both papers' POP rows within 0.015."""
     import json
 
     ds = prepare(shared_data / "bert4rec-paper/ml-1m.txt.gz", progress=False)
     report = ds.evaluate(Popularity.fit(ds.split.train), "test")
-    results = Path(__file__).resolve().parent.parent / "benchmarks/results/pop_ml1m.json"
+    results = Path(__file__).resolve().parent.parent / "benchmarks/results/evaluation/pop_ml1m.json"
     recorded = json.loads(results.read_text())["metrics"]
     for protocol, values in recorded.items():
         for metric, value in values.items():

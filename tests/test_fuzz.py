@@ -2,7 +2,7 @@
 and `seqrec prepare` / `seqrec recommend --input` on hostile files. The outcome is a result or
 one `SeqrecError` line naming the file or field, never another exception, and nothing is left
 half-written. Example counts are bounded for CI; SEQREC_FUZZ_EXAMPLES raises them
-(docs/reliability.md records a larger run)."""
+(docs/design/reliability.md records a larger run)."""
 
 from __future__ import annotations
 

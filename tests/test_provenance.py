@@ -99,7 +99,12 @@ def test_reuse_needs_the_same_config_and_results_record_everything(
 
     monkeypatch.setattr(sys, "argv", ["bench.py", "--flag"])
     json_path, md_path = common.write_results(
-        "probe", {"x": 1}, "# probe", seeds={"train": 0, "candidates": 42}, runs=[out]
+        "probe",
+        {"x": 1},
+        "# probe",
+        seeds={"train": 0, "candidates": 42},
+        runs=[out],
+        area="performance",
     )
     data = json.loads(json_path.read_text())
     assert data["x"] == 1 and data["seeds"] == {"train": 0, "candidates": 42}
@@ -120,6 +125,6 @@ def test_reuse_needs_the_same_config_and_results_record_everything(
     m["machine"] = {**m["machine"], "cpu": "Elsewhere CPU", "gpu": "NVIDIA H200"}
     m["device"] = "cuda"
     RunDir(out).write_metrics(m)  # as that machine's run wrote it
-    _, md_path = common.write_results("probe", {}, "# probe", seeds={}, runs=[out])
+    _, md_path = common.write_results("probe", {}, "# probe", seeds={}, runs=[out], area="x")
     assert "Elsewhere CPU" in md_path.read_text() and "GPU NVIDIA H200" in md_path.read_text()
     assert "(cuda); resolved config" in md_path.read_text()

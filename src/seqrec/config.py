@@ -26,6 +26,7 @@ __all__ = [
     "RunConfig",
     "ShortBudget",
     "TrainConfig",
+    "adapt_to_data",
     "apply_short_budget",
     "as_trained",
     "config_diff",
@@ -54,7 +55,7 @@ class TrainConfig:
     weight_decay: float = 0.01  # decoupled L2, not on LayerNorm weights and biases
     # A speed option: the same AdamW update as one fused kernel per parameter (torch's
     # `fused=True`, CPU and CUDA) instead of a dozen element-wise passes; on a CPU with a large
-    # item embedding the update is much of a step (docs/performance.md). Same algorithm,
+    # item embedding the update is much of a step (docs/results/performance.md). Same algorithm,
     # different rounding, so off by default: the shipped results were trained without it.
     fused_adamw: bool = False
     warmup_steps: int = 100  # linear warm-up (original script: 100), then linear decay to 0
@@ -101,7 +102,7 @@ class TrainConfig:
     # bce/gbce: add log(beta / k) to every score, so training starts where the positive and the
     # k negatives balance instead of at sigmoid 0.5 (a constant: the ranking is unchanged; 0 for
     # k = 1 BCE). DEVIATION from gSASRec, off by default: with 256 negatives and no offset our
-    # SASRec collapses to one hidden state for every history (docs/sasrec.md).
+    # SASRec collapses to one hidden state for every history (docs/design/sasrec.md).
     prior_offset: bool = False
     bpreg: float = 1.0  # bpr_max: λ of its score regulariser (GRU4Rec+ code's bpreg)
     eval_every: int = 1  # validate every k epochs
@@ -121,7 +122,7 @@ class TrainConfig:
     # Autocast the model's matmuls to bfloat16 (AMX tile units, GPU tensor cores). "auto": on a
     # GPU, or a CPU with AMX, time a few forward/backward passes both ways at the start and keep
     # the faster; fp32 on a CPU without matrix units (slower there at d <= 64,
-    # docs/performance.md). The choice is recorded in metrics.json ("precision").
+    # docs/results/performance.md). The choice is recorded in metrics.json ("precision").
     bf16: bool | Literal["auto"] = False
     # Only the full-catalogue CE's two big matmuls in bfloat16 (the softmax stays fp32), the
     # model in fp32. Faster on some CPUs (AMD Zen 4: bf16 matmuls 2.3x fp32), slower on others
@@ -143,7 +144,7 @@ class ShortBudget:
     """One tier of settings for short training budgets (`[[short_budget]]` in a config): a run
     trains with `set` applied (each `section.key=value`, as `--set`) when its `train.time_budget`
     is short, so one config gives the best model at 5 minutes and at 60 (what learns fastest is
-    not what ends best, docs/bert4rec.md). Short means either under `minutes` of budget, or,
+    not what ends best, docs/results/bert4rec.md). Short means either under `minutes` of budget, or,
     with `epochs`, a budget that buys fewer than `epochs` epochs of the config on the machine at
     hand: timed when the run starts (`epochs_bought` in seqrec.train), so a slow machine and a
     fast one each get the settings their budget can use. Every tier that is due applies, in
@@ -192,7 +193,9 @@ class ShortBudget:
 
 
 # RunConfig's own keys; the rest are sections
-_RUN_KEYS = ("data", "eval", "model", "train", "short_budget")
+_RUN_KEYS = ("data", "eval", "model", "train", "short_budget", "adapt")
+# the sizes a recipe may fit to the data when a run starts (`adapt = [...]`, `adapt_to_data`)
+Adaptable = Literal["max_len", "batch_size"]
 
 
 @dataclass(frozen=True)
@@ -208,6 +211,9 @@ class RunConfig:
     model: str = "bert4rec"
     train: TrainConfig = field(default_factory=TrainConfig)
     short_budget: tuple[ShortBudget, ...] = ()  # tiers of settings for shorter budgets
+    # sizes fitted to the data when a run starts (`adapt_to_data`); config.json records the
+    # fitted values and an empty list
+    adapt: tuple[Adaptable, ...] = ()
     # (section name, frozen dataclass) pairs in the registry's order; a missing section takes
     # its defaults
     sections: tuple[tuple[str, Any], ...] = ()
@@ -263,6 +269,7 @@ class RunConfig:
             "model": self.model,
             "train": dataclasses.asdict(self.train),
             "short_budget": [dataclasses.asdict(tier) for tier in self.short_budget],
+            "adapt": list(self.adapt),
         }
         for name, value in self.sections:
             out[name] = dataclasses.asdict(value)
@@ -495,6 +502,10 @@ def load_config(
     model the file or the overrides name (`default_config`). A RunConfig's short-budget tiers
     lose the settings of the keys given in `overrides` (explicit keys win)."""
     cfg = _layered(cls, path, overrides, base)
+    if isinstance(cfg, RunConfig) and cfg.adapt and overrides:  # an explicit size wins
+        explicit = {_dotted_key(text).rsplit(".", 1)[-1] for text in overrides}
+        kept = tuple(a for a in cfg.adapt if a not in explicit)
+        cfg = dataclasses.replace(cfg, adapt=kept)
     if isinstance(cfg, RunConfig) and cfg.short_budget:
         return _short_budget_checked(cfg, overrides, path)  # type: ignore[return-value]
     return cfg
@@ -614,14 +625,72 @@ def _applied(
     return dataclasses.replace(_layered(RunConfig, None, settings, cfg), short_budget=tuple(tiers))
 
 
+# a recipe's batch is kept up to this many items, then halved per doubling of the catalogue
+_ADAPT_ITEMS = 20_000
+_ADAPT_MIN_BATCH = 32
+_ADAPT_MIN_LEN = 16
+
+
+def adapt_to_data(
+    cfg: RunConfig, lengths: typing.Sequence[int] | Any, n_items: int
+) -> tuple[RunConfig, list[str]]:
+    """`cfg` with the sizes its `adapt` list names fitted to a log whose users' training
+    histories have `lengths` over `n_items` items, `adapt` then empty (what config.json
+    records); and one phrase per fitted size. The recipe's value is the upper bound:
+
+    - `max_len` (the model section's): the 95th percentile of the history lengths, rounded up
+      to a multiple of 8, at least 16: a model reads no more positions than nearly every user
+      has (attention's cost grows with the square of the width);
+    - `batch_size`: the recipe's up to 20,000 items, halved for every doubling beyond, at
+      least 32: the full-softmax cost of a sequence grows with the catalogue, so a smaller
+      batch keeps the number of updates a budget buys.
+    """
+    import numpy as np
+
+    said: list[str] = []
+    out = cfg
+    if "max_len" in cfg.adapt:
+        name = next((n for n, s in cfg.sections if hasattr(s, "max_len")), None)
+        if name is not None:
+            cap = getattr(cfg, name).max_len
+            p95 = float(np.percentile(np.asarray(lengths), 95)) if len(lengths) else 0.0
+            value = int(min(cap, max(_ADAPT_MIN_LEN, 8 * math.ceil(p95 / 8))))
+            out = out.replace_section(name, max_len=value)
+            said.append(f"{name}.max_len {value} (95 % of histories hold <= {p95:.0f} items)")
+    if "batch_size" in cfg.adapt:
+        batch = cfg.train.batch_size
+        while batch > _ADAPT_MIN_BATCH and batch * n_items > cfg.train.batch_size * _ADAPT_ITEMS:
+            batch //= 2
+        batch = min(cfg.train.batch_size, max(batch, _ADAPT_MIN_BATCH))
+        out = dataclasses.replace(out, train=dataclasses.replace(out.train, batch_size=batch))
+        said.append(f"train.batch_size {batch} ({n_items:,} items)")
+    return dataclasses.replace(out, adapt=()), said
+
+
+def _as_adapted(cfg: RunConfig, like: RunConfig) -> RunConfig:
+    """`cfg`'s adapted sizes as the run `like` fitted them (it recorded the values)."""
+    out = cfg
+    if "max_len" in cfg.adapt:
+        for name, section in cfg.sections:
+            if hasattr(section, "max_len") and hasattr(like, name):
+                out = out.replace_section(name, max_len=getattr(like, name).max_len)
+    if "batch_size" in cfg.adapt:
+        out = dataclasses.replace(
+            out, train=dataclasses.replace(out.train, batch_size=like.train.batch_size)
+        )
+    return dataclasses.replace(out, adapt=())
+
+
 def as_trained(cfg: RunConfig, like: RunConfig | None = None) -> RunConfig:
     """The settings a run of `cfg` trains with: its short-budget settings applied where they
     apply, and the tiers then left out. Two configs that train the same model compare equal
     through it, so a finished run is reused. An epochs tier depends on the machine's speed:
     with `like` (the config.json of a run that decided it) it is due where `like` applied a
-    tier of the same settings; else it is left out."""
+    tier of the same settings; else it is left out. Sizes fitted to the data (`adapt`) are
+    `like`'s, or left as the recipe's without it."""
     if like is None:
-        return dataclasses.replace(_applied(cfg, lambda tier: None), short_budget=())
+        return dataclasses.replace(_applied(cfg, lambda tier: None), short_budget=(), adapt=())
+    cfg = _as_adapted(cfg, like)
     done = {t.set for t in like.short_budget if t.applied}
     decided = _applied(cfg, lambda tier: (tier.set in done, math.nan))
     return dataclasses.replace(decided, short_budget=())

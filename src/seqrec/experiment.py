@@ -49,8 +49,9 @@ from typing import Any
 from seqrec.config import RunConfig, load_config
 from seqrec.data.prepared import prepare
 from seqrec.errors import ConfigError
-from seqrec.provenance import atomic_write, describe_machine, git_commit, machine, write_json
+from seqrec.provenance import atomic_write, git_commit
 from seqrec.reference import paper_table
+from seqrec.results import write_results
 from seqrec.rundir import RunDir
 
 __all__ = ["SPEC_DIR", "ExperimentSpec", "Point", "load_spec", "run_experiment", "spec_names"]
@@ -148,83 +149,9 @@ def spec_names() -> list[str]:
 
 def load_spec(path: str | Path) -> ExperimentSpec:
     """Read a spec (a path or a shipped name); every problem is one line naming the file."""
-    p = Path(path)
-    if not p.exists() and (SPEC_DIR / f"{p.name.removesuffix('.toml')}.toml").exists():
-        p = SPEC_DIR / f"{p.name.removesuffix('.toml')}.toml"
-    try:
-        raw = tomllib.loads(p.read_text())
-    except FileNotFoundError:
-        raise ConfigError(
-            f"{p}: no such spec file, and not a shipped one ({', '.join(spec_names())})"
-        ) from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{p}: not valid TOML ({e})") from None
-    unknown = sorted(set(raw) - _KEYS)
-    if unknown:
-        raise ConfigError(f"{p}: unknown key(s) {', '.join(unknown)}; expected {sorted(_KEYS)}")
-
-    def need(key: str, kind: type | tuple[type, ...]) -> Any:
-        value = raw.get(key)
-        if not isinstance(value, kind) or isinstance(value, bool):
-            raise ConfigError(f"{p}: {key} must be a {getattr(kind, '__name__', kind)}")
-        return value
-
-    base = need("base", str)
-    points: list[Point] = []
-    if "series" in raw:
-        values = need("values", list)
-        for i, item in enumerate(need("series", list)):
-            keys = item.get("axis") if isinstance(item, dict) else None
-            keys = [keys] if isinstance(keys, str) else keys
-            if (
-                not isinstance(item, dict)
-                or not isinstance(item.get("label"), str)
-                or not isinstance(keys, list)
-                or not keys
-                or not all(isinstance(k, str) for k in keys)
-            ):
-                raise ConfigError(f"{p}: series[{i}] needs a label and an axis (a key or keys)")
-            s_base = item.get("base")
-            if s_base is not None and not isinstance(s_base, str):
-                raise ConfigError(f"{p}: series[{i}].base must be a config name or path")
-            s_values = item.get("values", values)
-            if not isinstance(s_values, list) or not s_values:
-                raise ConfigError(f"{p}: series[{i}].values must be a non-empty list")
-            s_set = item.get("set", [])
-            if not isinstance(s_set, list) or not all(isinstance(x, str) for x in s_set):
-                raise ConfigError(f"{p}: series[{i}].set must be a list of 'section.key=value'")
-            for value in s_values:
-                sets = (*s_set, *(f"{k}={_toml_value(value)}" for k in keys))
-                points.append(Point(f"{item['label']} {value}", sets, s_base, None, item["label"]))
-    elif "axis" in raw:
-        axis = need("axis", str)
-        for value in need("values", list):
-            points.append(Point(str(value), (f"{axis}={_toml_value(value)}",)))
-    else:
-        for i, item in enumerate(need("points", list)):
-            if not isinstance(item, dict) or not isinstance(item.get("label"), str):
-                raise ConfigError(f"{p}: points[{i}] needs a label (a string) and a set list")
-            sets = item.get("set", [])
-            if not isinstance(sets, list) or not all(isinstance(s, str) for s in sets):
-                raise ConfigError(f"{p}: points[{i}].set must be a list of 'section.key=value'")
-            point_base, point_budget = item.get("base"), item.get("budget")
-            if point_base is not None and not isinstance(point_base, str):
-                raise ConfigError(f"{p}: points[{i}].base must be a config name or path")
-            if point_budget is not None and not isinstance(point_budget, str):
-                raise ConfigError(f"{p}: points[{i}].budget must be a duration string such as '5m'")
-            points.append(Point(item["label"], tuple(sets), point_base, point_budget))
-    if not points:
-        raise ConfigError(f"{p}: no points (give axis + values, or [[points]])")
-    base_set = raw.get("set", [])
-    if not isinstance(base_set, list) or not all(isinstance(x, str) for x in base_set):
-        raise ConfigError(f"{p}: set must be a list of 'section.key=value'")
-    points = [  # the base's overrides come first, so a point's own win
-        dataclasses.replace(pt, overrides=(*base_set, *pt.overrides)) if pt.base is None else pt
-        for pt in points
-    ]
-    labels = [pt.label for pt in points]
-    if len({_slug(label) for label in labels}) != len(labels):
-        raise ConfigError(f"{p}: point labels must differ, also as directory names ({labels})")
+    p, raw = _read_spec(path)
+    base = _need(p, raw, "base", str)
+    points = _points(p, raw)
     seeds = raw.get("seeds", [0])
     if not isinstance(seeds, list) or not seeds or not all(type(s) is int for s in seeds):
         raise ConfigError(f"{p}: seeds must be a non-empty list of integers")
@@ -236,32 +163,11 @@ def load_spec(path: str | Path) -> ExperimentSpec:
         isinstance(c, str) and re.fullmatch(_METRIC, c) for c in columns
     ):
         raise ConfigError(f"{p}: columns must be a list of metrics like 'test.pop100.hr@10'")
-    paper: dict[str, dict[str, float]] = {}
-    if "paper_table" in raw:
-        try:
-            paper = paper_table(str(raw["paper_table"]))
-        except KeyError as e:
-            raise ConfigError(f"{p}: paper_table: {e.args[0]}") from None
-    own = raw.get("paper", {})
-    if not isinstance(own, dict) or not all(
-        isinstance(v, int | float) and not isinstance(v, bool) for v in own.values()
-    ):
-        raise ConfigError(f"{p}: [paper] maps point labels to numbers")
-    for label, value in own.items():  # a number: the paper's value of `metric`
-        paper.setdefault(str(label), {})[metric.split(".", 1)[1]] = float(value)
     plot = raw.get("plot", "line")
     if plot not in ("line", "bar"):
         raise ConfigError(f"{p}: plot must be 'line' or 'bar', got {plot!r}")
-    budget = raw.get("budget")
-    if budget is not None and not isinstance(budget, str):
-        raise ConfigError(f"{p}: budget must be a duration string such as '5m'")
-    epochs = raw.get("epochs")
-    if epochs is not None and (
-        not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1
-    ):
-        raise ConfigError(f"{p}: epochs must be a positive integer, got {epochs!r}")
-    if epochs is not None and (budget is not None or any(pt.budget for pt in points)):
-        raise ConfigError(f"{p}: give epochs or a budget (per spec or per point), not both")
+    paper = _paper(p, raw, metric)
+    budget, epochs = _schedule(p, raw, points)
     spec = ExperimentSpec(
         name=p.stem,
         title=str(raw.get("title", p.stem)),
@@ -282,6 +188,143 @@ def load_spec(path: str | Path) -> ExperimentSpec:
         except ConfigError as e:
             raise ConfigError(f"{p}: point {point.label!r}: {e}") from None
     return spec
+
+
+def _read_spec(path: str | Path) -> tuple[Path, dict[str, Any]]:
+    """The spec's file (a path, else a shipped spec of that name) and its TOML, keys checked."""
+    p = Path(path)
+    if not p.exists() and (SPEC_DIR / f"{p.name.removesuffix('.toml')}.toml").exists():
+        p = SPEC_DIR / f"{p.name.removesuffix('.toml')}.toml"
+    try:
+        raw = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{p}: no such spec file, and not a shipped one ({', '.join(spec_names())})"
+        ) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{p}: not valid TOML ({e})") from None
+    unknown = sorted(set(raw) - _KEYS)
+    if unknown:
+        raise ConfigError(f"{p}: unknown key(s) {', '.join(unknown)}; expected {sorted(_KEYS)}")
+    return p, raw
+
+
+def _need(p: Path, raw: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    value = raw.get(key)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise ConfigError(f"{p}: {key} must be a {getattr(kind, '__name__', kind)}")
+    return value
+
+
+def _string_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(x, str) for x in value)
+
+
+def _points(p: Path, raw: dict[str, Any]) -> list[Point]:
+    """The spec's points (a [[series]] list, an axis with values, or [[points]]), each with the
+    spec's own `set` first so that a point's overrides win; labels checked distinct."""
+    if "series" in raw:
+        points = _series_points(p, raw)
+    elif "axis" in raw:
+        axis = _need(p, raw, "axis", str)
+        points = [
+            Point(str(v), (f"{axis}={_toml_value(v)}",)) for v in _need(p, raw, "values", list)
+        ]
+    else:
+        points = _listed_points(p, raw)
+    if not points:
+        raise ConfigError(f"{p}: no points (give axis + values, or [[points]])")
+    base_set = raw.get("set", [])
+    if not _string_list(base_set):
+        raise ConfigError(f"{p}: set must be a list of 'section.key=value'")
+    points = [  # the base's overrides come first, so a point's own win
+        dataclasses.replace(pt, overrides=(*base_set, *pt.overrides)) if pt.base is None else pt
+        for pt in points
+    ]
+    labels = [pt.label for pt in points]
+    if len({_slug(label) for label in labels}) != len(labels):
+        raise ConfigError(f"{p}: point labels must differ, also as directory names ({labels})")
+    return points
+
+
+def _series_points(p: Path, raw: dict[str, Any]) -> list[Point]:
+    values = _need(p, raw, "values", list)
+    points = []
+    for i, item in enumerate(_need(p, raw, "series", list)):
+        keys = item.get("axis") if isinstance(item, dict) else None
+        keys = [keys] if isinstance(keys, str) else keys
+        if (
+            not isinstance(item, dict)
+            or not isinstance(item.get("label"), str)
+            or not isinstance(keys, list)
+            or not keys
+            or not all(isinstance(k, str) for k in keys)
+        ):
+            raise ConfigError(f"{p}: series[{i}] needs a label and an axis (a key or keys)")
+        s_base = item.get("base")
+        if s_base is not None and not isinstance(s_base, str):
+            raise ConfigError(f"{p}: series[{i}].base must be a config name or path")
+        s_values = item.get("values", values)
+        if not isinstance(s_values, list) or not s_values:
+            raise ConfigError(f"{p}: series[{i}].values must be a non-empty list")
+        s_set = item.get("set", [])
+        if not _string_list(s_set):
+            raise ConfigError(f"{p}: series[{i}].set must be a list of 'section.key=value'")
+        for value in s_values:
+            sets = (*s_set, *(f"{k}={_toml_value(value)}" for k in keys))
+            points.append(Point(f"{item['label']} {value}", sets, s_base, None, item["label"]))
+    return points
+
+
+def _listed_points(p: Path, raw: dict[str, Any]) -> list[Point]:
+    points = []
+    for i, item in enumerate(_need(p, raw, "points", list)):
+        if not isinstance(item, dict) or not isinstance(item.get("label"), str):
+            raise ConfigError(f"{p}: points[{i}] needs a label (a string) and a set list")
+        sets = item.get("set", [])
+        if not _string_list(sets):
+            raise ConfigError(f"{p}: points[{i}].set must be a list of 'section.key=value'")
+        point_base, point_budget = item.get("base"), item.get("budget")
+        if point_base is not None and not isinstance(point_base, str):
+            raise ConfigError(f"{p}: points[{i}].base must be a config name or path")
+        if point_budget is not None and not isinstance(point_budget, str):
+            raise ConfigError(f"{p}: points[{i}].budget must be a duration string such as '5m'")
+        points.append(Point(item["label"], tuple(sets), point_base, point_budget))
+    return points
+
+
+def _paper(p: Path, raw: dict[str, Any], metric: str) -> dict[str, dict[str, float]]:
+    """The published numbers beside the points: a shipped paper table, and [paper] numbers of
+    `metric` by point label."""
+    paper: dict[str, dict[str, float]] = {}
+    if "paper_table" in raw:
+        try:
+            paper = paper_table(str(raw["paper_table"]))
+        except KeyError as e:
+            raise ConfigError(f"{p}: paper_table: {e.args[0]}") from None
+    own = raw.get("paper", {})
+    if not isinstance(own, dict) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in own.values()
+    ):
+        raise ConfigError(f"{p}: [paper] maps point labels to numbers")
+    for label, value in own.items():  # a number: the paper's value of `metric`
+        paper.setdefault(str(label), {})[metric.split(".", 1)[1]] = float(value)
+    return paper
+
+
+def _schedule(p: Path, raw: dict[str, Any], points: list[Point]) -> tuple[str | None, int | None]:
+    """The spec's budget or its fixed epochs (not both, also not with per-point budgets)."""
+    budget = raw.get("budget")
+    if budget is not None and not isinstance(budget, str):
+        raise ConfigError(f"{p}: budget must be a duration string such as '5m'")
+    epochs = raw.get("epochs")
+    if epochs is not None and (
+        not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1
+    ):
+        raise ConfigError(f"{p}: epochs must be a positive integer, got {epochs!r}")
+    if epochs is not None and (budget is not None or any(pt.budget for pt in points)):
+        raise ConfigError(f"{p}: give epochs or a budget (per spec or per point), not both")
+    return budget, epochs
 
 
 def _x_label(raw: dict[str, Any]) -> str:
@@ -442,7 +485,6 @@ def _write(spec: ExperimentSpec, rows: list[dict[str, Any]], root: Path, command
         )
     commit = git_commit()
     total = sum(r["train_time_s"] for r in rows)
-    m = machine()
     # a reused run was trained by the code of its own commit: say which, point by point
     older = [
         f"{r['label']} (seed {r['seed']}) `{str(r['trained_at'])[:7]}`"
@@ -462,16 +504,11 @@ def _write(spec: ExperimentSpec, rows: list[dict[str, Any]], root: Path, command
         "a point's seeds); well below 1 means another job shared the cores and the point "
         "trained less than its budget could buy.",
         "",
-        f"- total training time: {total / 60:.1f} min over {len(rows)} run(s)",
-        f"- command: `{command}`",
-        f"- commit: `{commit}`"
-        + (f"; runs trained at another commit and reused: {', '.join(older)}" if older else ""),
-        f"- machine: {describe_machine(m)}",
+        f"Total training time: {total / 60:.1f} min over {len(rows)} run(s)"
+        + (f"; runs trained at another commit and reused: {', '.join(older)}" if older else "")
+        + ".",
     ]
     payload = {
-        "command": command,
-        "git_commit": commit,
-        "machine": m,
         "spec": {
             "name": spec.name,
             "title": spec.title,
@@ -492,9 +529,10 @@ def _write(spec: ExperimentSpec, rows: list[dict[str, Any]], root: Path, command
         "total_train_time_s": total,
         "runs": rows,
     }
-    write_json(root / f"{spec.name}.json", payload)
-    md = ("\n".join(lines) + "\n").encode()
-    atomic_write(root / f"{spec.name}.md", lambda f: f.write(md))
+    seeds = {f"train_{i}": s for i, s in enumerate(spec.seeds)}
+    negatives = sorted({r["config"]["eval"]["negative_seed"] for r in rows})
+    seeds.update({f"candidates_{i}": s for i, s in enumerate(negatives)})
+    write_results(root / spec.name, payload, "\n".join(lines), seeds=seeds, command=command)
     _plot(spec, summary, root / f"{spec.name}.png")
 
 

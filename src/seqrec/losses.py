@@ -31,6 +31,8 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
+from seqrec.data.negatives import SHARED_NEGATIVE_LOSSES
+
 __all__ = [
     "LOSSES",
     "LossSpec",
@@ -56,7 +58,7 @@ __all__ = [
 # whole matrix (~120 MB for a BERT4Rec batch on ML-1M) does not, and every pass over it (bias,
 # log-softmax, its backward, the zeroed gradient) then runs at page-fault speed. On Beauty
 # (54,542 items) 512 rows are 112 MB a chunk; the 76 rows picked here made the CE's forward and
-# backward 1.85x faster (benchmarks/results/ce_chunks.md).
+# backward 1.85x faster (benchmarks/results/performance/ce_chunks.md).
 CE_CHUNK_ROWS = 512
 CE_CHUNK_ELEMENTS = 1 << 22
 
@@ -321,8 +323,8 @@ def prior_logit(spec: LossSpec) -> float:
     """log(β / k): the score at which a positive weighted β and k negatives balance (β = 1 for
     `bce`). Sigmoid losses with many negatives start far from it (σ = 0.5 for every score), and
     the first updates then push all scores down by a large constant vector that the model builds
-    into its hidden states, which can drown the history's signal (docs/sasrec.md). Adding this
-    constant to every score starts training at the balance instead; a constant shift leaves the
+    into its hidden states, which can drown the history's signal (docs/design/sasrec.md). Adding
+    this constant to every score starts training at the balance instead; a constant shift leaves the
     ranking of the items unchanged. It is 0 for the paper's BCE with one negative."""
     beta = gbce_beta(spec.n_negatives, spec.n_items, spec.gbce_t) if spec.name == "gbce" else 1.0
     return math.log(beta / spec.n_negatives)
@@ -361,8 +363,6 @@ SAMPLED_LOSSES: dict[str, Callable[[LossSpec, Tensor, Tensor], Tensor]] = {
     "top1_max": lambda spec, pos, neg: top1_max_loss(pos, neg),
 }
 LOSSES = ("ce", *SAMPLED_LOSSES)  # every name `train.loss` accepts
-# the losses that take a -inf score (a row's own target among shared negatives) as "no negative"
-SHARED_NEGATIVE_LOSSES = ("sampled_softmax", "bce", "gbce")
 
 
 def item_loss(

@@ -8,7 +8,7 @@ kind's own files (a user's file dropped into it makes it the user's again):
                negatives.npz
     run        its config (+ the run files of seqrec.rundir)
 
-Rules (docs/reliability.md lists the test of each):
+Rules (docs/design/reliability.md lists the test of each):
 - an output directory that exists must be empty or a directory of the same kind; one of the same
   kind is replaced only when the caller says so (`--force`);
 - an output, directory or file, may not be or contain a path the command reads (the data file,

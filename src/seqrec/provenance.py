@@ -17,8 +17,9 @@ __all__ = ["atomic_write", "cpu_flags", "git_commit", "git_diff", "machine", "wr
 _REPO = Path(__file__).resolve().parent.parent.parent  # src/seqrec -> the checkout, if any
 
 
-# The instruction-set flags that decide which numeric path is fastest here (docs/performance.md):
-# AVX-512 and its bf16 dot products, and AMX tile units (bf16 matmuls several times fp32's).
+# The instruction-set flags that decide which numeric path is fastest here
+# (docs/results/performance.md): AVX-512 and its bf16 dot products, and AMX tile units (bf16
+# matmuls several times fp32's).
 ISA_FLAGS = (
     "avx2",
     "avx512f",

@@ -83,7 +83,7 @@ class Recommender:
         unknown: Unknown = "drop",
         device: str | torch.device = "cpu",
         # histories scored at once; on 2 CPU cores 32-128 were fastest for both ML-1M models
-        # (length-sorted batches pad less and stay in cache; docs/performance.md)
+        # (length-sorted batches pad less and stay in cache; docs/results/performance.md)
         batch_size: int = 64,
         bf16: bool = False,
     ) -> None:
@@ -102,7 +102,7 @@ class Recommender:
         self.unknown = unknown
         self.batch_size = batch_size
         self.scores_bytes = SCORES_BYTES  # a batch's (rows, catalogue) scores at most
-        # score under bfloat16 autocast (docs/performance.md measures its top-10 agreement)
+        # score under bfloat16 autocast (docs/results/performance.md measures its top-10 agreement)
         self.bf16 = bf16
         self.max_len: int | None = getattr(self.model, "max_len", None)
         self._lock = threading.Lock()

@@ -24,7 +24,7 @@ files: no other module opens one by name. (seqrec.checkpoint builds a model from
 
 Every file is written to a temporary name and renamed into place. What the manifest protects
 against is damage (a truncated, half-written, swapped or edited file), not an attacker who can
-write the directory: such a one can rewrite the manifest too (docs/reliability.md).
+write the directory: such a one can rewrite the manifest too (docs/design/reliability.md).
 """
 
 from __future__ import annotations

@@ -172,15 +172,43 @@ def create_app(
     """A FastAPI app serving `rec` (`max_history`: a shortcut for that option)."""
     _imports()  # a clear error when the extra is missing
     import fastapi
-    import pydantic
-    from fastapi.responses import JSONResponse
+
+    from seqrec import __version__
 
     opts = options or ServeOptions()
     if max_history is not None:
         opts = dataclasses.replace(opts, max_history=max_history)
-    max_history = opts.max_history
+    app = fastapi.FastAPI(
+        title="seqrec",
+        version=__version__,
+        description=f"Top-k recommendations from {rec.run.config.model} ({rec.run.path.name})",
+    )
+    _install_handlers(app, opts)
+    rec.recommend([], k=1)  # a first scoring: /ready means the model answers
+    schemas = _schemas(rec, opts)
 
-    from seqrec import __version__
+    @app.get("/health", response_model=schemas.Status)
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/ready", response_model=schemas.Status)
+    def ready() -> dict[str, str]:
+        return {"status": "ready"}
+
+    @app.get("/model")
+    def model() -> dict[str, Any]:
+        return {**rec.info(), "version": __version__}
+
+    _recommend_routes(app, rec, opts, schemas)
+    return app
+
+
+def _schemas(rec: Recommender, opts: ServeOptions) -> Any:
+    """The request and answer models of `rec`'s endpoints (their limits are the catalogue's
+    size and the options'), as attributes of one namespace."""
+    import types
+
+    import pydantic
 
     def text(value: str) -> str:
         # a lone surrogate ("\ud800") is valid JSON but no text: refused here (422), not a
@@ -243,11 +271,19 @@ def create_app(
         k: int = pydantic.Field(10, ge=1, le=n_items, description=f"1..{n_items}")
         exclude_seen: bool = True
 
-    app = fastapi.FastAPI(
-        title="seqrec",
-        version=__version__,
-        description=f"Top-k recommendations from {rec.run.config.model} ({rec.run.path.name})",
+    return types.SimpleNamespace(
+        RecommendRequest=RecommendRequest,
+        Recommendations=Recommendations,
+        BatchRequest=BatchRequest,
+        BatchRecommendations=BatchRecommendations,
+        Status=Status,
     )
+
+
+def _install_handlers(app: Any, opts: ServeOptions) -> None:
+    """Errors answered in one JSON line each (never a stack trace), CORS, and the guard."""
+    import fastapi
+    from fastapi.responses import JSONResponse
 
     @app.exception_handler(fastapi.exceptions.RequestValidationError)
     async def invalid_request(request: Any, exc: Any) -> Any:
@@ -277,12 +313,17 @@ def create_app(
             allow_headers=["Authorization", "Content-Type"],
         )
     app.add_middleware(_Guard, options=opts)
-    rec.recommend([], k=1)  # a first scoring: /ready means the model answers
+
+
+def _recommend_routes(app: Any, rec: Recommender, opts: ServeOptions, schemas: Any) -> None:
+    """POST /recommend (one history, or a known user by id) and POST /recommend/batch."""
+    import fastapi
 
     def check_length(history: list[Any]) -> None:
-        if len(history) > max_history:
+        if len(history) > opts.max_history:
             raise fastapi.HTTPException(
-                413, f"history has {len(history)} items; this server accepts at most {max_history}"
+                413,
+                f"history has {len(history)} items; this server accepts at most {opts.max_history}",
             )
 
     def encode(history: list[Any]) -> Any:
@@ -301,20 +342,7 @@ def create_app(
             out.append(row)
         return out
 
-    @app.get("/health", response_model=Status)
-    def health() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.get("/ready", response_model=Status)
-    def ready() -> dict[str, str]:
-        return {"status": "ready"}
-
-    @app.get("/model")
-    def model() -> dict[str, Any]:
-        return {**rec.info(), "version": __version__}
-
-    @app.post("/recommend", response_model=Recommendations, response_model_exclude_none=True)
-    def recommend(req: RecommendRequest) -> dict[str, Any]:
+    def recommend(req: Any) -> dict[str, Any]:
         row = None if req.user is None else rec.user_index(req.user)
         if req.history is not None:
             check_length(req.history)
@@ -342,10 +370,7 @@ def create_app(
             out["user_known"] = row is not None
         return out
 
-    @app.post(
-        "/recommend/batch", response_model=BatchRecommendations, response_model_exclude_none=True
-    )
-    def recommend_batch(req: BatchRequest) -> dict[str, Any]:
+    def recommend_batch(req: Any) -> dict[str, Any]:
         for h in req.histories:
             check_length(h)
         encoded = [encode(h) for h in req.histories]
@@ -359,7 +384,15 @@ def create_app(
             ]
         }
 
-    return app
+    # the request bodies are models built for this app (their limits are the catalogue's and the
+    # options'): given to FastAPI as the parameters' annotations before the routes are added
+    recommend.__annotations__["req"] = schemas.RecommendRequest
+    recommend_batch.__annotations__["req"] = schemas.BatchRequest
+    exclude_none = {"response_model_exclude_none": True}
+    app.post("/recommend", response_model=schemas.Recommendations, **exclude_none)(recommend)
+    app.post("/recommend/batch", response_model=schemas.BatchRecommendations, **exclude_none)(
+        recommend_batch
+    )
 
 
 def app_from_env() -> Any:

@@ -10,13 +10,14 @@ uninterrupted one would have run.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import math
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,24 +31,25 @@ from seqrec import checkpoint as ckpt
 from seqrec.config import (
     RunConfig,
     TrainConfig,
+    adapt_to_data,
     apply_short_budget,
     parse_duration,
     speed_tiers,
 )
-from seqrec.config import validate as validate_config
 from seqrec.data.batches import Batch
+from seqrec.data.negatives import NegativeSampler
 from seqrec.data.prepared import PreparedDataset
 from seqrec.data.split import Split
 from seqrec.errors import ConfigError, TrainingError
 from seqrec.evaluate import PROTOCOLS, parse_protocols
-from seqrec.losses import SHARED_NEGATIVE_LOSSES, LossSpec, full_cross_entropy, model_loss
-from seqrec.metrics import metric_names
+from seqrec.losses import LossSpec, full_cross_entropy, model_loss
 from seqrec.models.base import Sampler, SequenceModel
 from seqrec.outputs import check_out_dir
 from seqrec.progress import Progress
 from seqrec.provenance import cpu_flags, git_commit, git_diff, machine
 from seqrec.registry import entry
 from seqrec.rundir import RunDir
+from seqrec.validation import validate
 
 __all__ = [
     "FitResult",
@@ -66,33 +68,11 @@ __all__ = [
 
 
 def loss_spec(cfg: RunConfig, n_items: int) -> LossSpec:
+    """The loss `cfg.train` asks for; settings its negatives cannot combine with are one
+    ConfigError line (`NegativeSampler.check`, which validation runs first)."""
+    NegativeSampler.check(cfg)
     t = cfg.train
     bf16 = _resolved(t.bf16, "bf16") or _resolved(t.loss_bf16, "loss_bf16")
-    if t.loss != "ce" and t.n_negatives < 1:
-        raise ConfigError(f"train.loss = {t.loss!r} needs train.n_negatives >= 1")
-    task = getattr(cfg, "next_item", None)  # the next-item task's section, if the model has it
-    if t.negatives_per == "batch" and t.loss != "ce" and t.loss not in SHARED_NEGATIVE_LOSSES:
-        raise ConfigError(
-            'train.negatives_per = "batch" works with train.loss '
-            f"{', '.join(SHARED_NEGATIVE_LOSSES)}; got {t.loss!r}"
-        )
-    if t.negatives_per == "sequence" and task is None:
-        raise ConfigError(
-            f'train.negatives_per = "sequence" needs the next-item task; {cfg.model} has none'
-        )
-    if t.negative_sampling == "popularity" and t.loss != "ce":
-        if task is None:
-            raise ConfigError(
-                f'train.negative_sampling = "popularity" needs the next-item task; {cfg.model} '
-                "has none"
-            )
-        if t.logq:
-            raise ConfigError(
-                "train.logq corrects for uniform negatives; it does not combine with "
-                'train.negative_sampling = "popularity"'
-            )
-    if t.negatives_per == "sequence" and t.loss != "ce" and task is not None and task.pack:
-        raise ConfigError('next_item.pack does not combine with train.negatives_per = "sequence"')
     return LossSpec(
         name=t.loss,
         n_items=n_items,
@@ -202,7 +182,7 @@ def _has_matrix_units(device: torch.device) -> bool:
 
 def _has_bf16_instructions(device: torch.device) -> bool:
     """A GPU, or a CPU with bf16 dot products (AVX512-BF16) or AMX. Without them bf16 matmuls
-    are emulated, many times slower than fp32 (docs/performance.md, "The machines")."""
+    are emulated, many times slower than fp32 (docs/results/performance.md, "The machines")."""
     return device.type == "cuda" or bool({"avx512_bf16", "amx_bf16"} & set(cpu_flags()))
 
 
@@ -312,8 +292,7 @@ def fit(
     `keep_checkpoints`."""
     run_dir = Path(out)
     if not resume:  # every value in range, the run to start from fitting, before any file
-        validate_config(cfg)
-        check_training(cfg, ds)
+        validate(cfg, ds)
         if cfg.train.init_from:
             with torch.device("meta"):
                 shaped = ckpt.build_model(cfg, ds.n_items, ds.n_users)
@@ -374,33 +353,6 @@ def train_or_reuse(
     return fit(data, cfg, out, resume=resume, progress=progress, source=source).metrics
 
 
-def check_training(cfg: RunConfig, ds: PreparedDataset) -> None:
-    """What a training needs of its config beyond the ranges of `config.validate`: a known
-    model, a validation metric among those computed, a loss its settings make, a decay that can
-    end, nothing stopping early on validation targets it trains on. One ConfigError line,
-    before any file is written."""
-    t = cfg.train
-    entry(cfg.model)  # an unknown model is a ConfigError
-    parse_protocols(t.val_protocol)
-    names = metric_names(cfg.eval.ks)
-    if t.val_metric not in names:
-        raise ConfigError(f"train.val_metric {t.val_metric!r} is not one of {', '.join(names)}")
-    if t.time_budget:
-        parse_duration(t.time_budget)
-    loss_spec(_with_precision(cfg, False, False), ds.n_items)  # its checks, before any file
-    if t.decay == "budget" and not t.time_budget:
-        raise ConfigError('train.decay = "budget" needs train.time_budget')
-    if not 0.0 <= t.decay_start < 1.0:
-        raise ConfigError(f"train.decay_start must be in [0, 1), got {t.decay_start}")
-    # train+valid: the validation targets are training targets, so nothing is validated and
-    # the last state is the tested one
-    if t.train_on != "train" and t.patience:
-        raise ConfigError(
-            f'train.train_on = "{t.train_on}" trains on the validation targets, so nothing can '
-            f"stop early on them: set train.patience = 0 (got {t.patience})"
-        )
-
-
 def _fit(
     ds: PreparedDataset,
     cfg: RunConfig,
@@ -419,42 +371,60 @@ def _fit(
         if run.finished:
             raise ConfigError(f"{run.path}: the run has already finished (its metrics are in)")
         cfg = run.config()  # the run goes on with the settings it started with
+    if cfg.adapt:  # the recipe's sizes fitted to this data (config.json records the values)
+        train = ds.split.training(cfg.train.train_on)
+        cfg, fitted = adapt_to_data(cfg, train.lengths, ds.n_items)
+        if progress:
+            tqdm.write(f"sizes fitted to the data: {'; '.join(fitted)}", file=sys.stderr)
     # what it trains, and what config.json records (an epochs tier times this machine first)
     measuring = bool(speed_tiers(cfg))  # never for a resumed run: its config.json decided
-    cfg = validate_config(apply_short_budget(cfg, lambda base: epochs_bought(ds, base)))
+    cfg = validate(apply_short_budget(cfg, lambda base: epochs_bought(ds, base)), ds)
     if measuring and progress:
         tqdm.write(_decided(cfg), file=sys.stderr)
-    check_training(cfg, ds)
     device = resolve_device(cfg.train.device)
-    _process_settings(cfg.train, device)
     commit = state["git_commit"] if state and "git_commit" in state else git_commit()
     if state is not None:
         run.check_items(ds.item_ids)
-    # the model, its batches, loss and optimiser first: what they refuse leaves no file behind
-    training = setup(
-        ds,
-        cfg,
-        device,
-        fresh=state is None,
-        precision=state.get("precision") if state is not None else None,
-    )
-    if state is None:
-        _start(run, ds, cfg, source)
-    loop = _LoopState.restored(state, training) if state is not None else _LoopState()
-    stopped = _train(training, ds, run, loop, device=device, commit=commit, progress=progress)
-    metrics = _test(training, ds, loop, stopped, device=device, commit=commit)
+    with torch_settings(cfg.train, device):
+        # the model, its batches, loss and optimiser first: what they refuse leaves no file
+        training = setup(
+            ds,
+            cfg,
+            device,
+            fresh=state is None,
+            precision=state.get("precision") if state is not None else None,
+        )
+        if state is None:
+            _start(run, ds, cfg, source)
+        loop = _LoopState.restored(state, training) if state is not None else _LoopState()
+        stopped = _train(training, ds, run, loop, device=device, commit=commit, progress=progress)
+        metrics = _test(training, ds, loop, stopped, device=device, commit=commit)
     run.save_model(training.model.state_dict())
     run.finish(metrics, keep_checkpoints=keep_checkpoints)
     return FitResult(run.path, training.model, metrics)
 
 
-def _process_settings(t: TrainConfig, device: torch.device) -> None:
-    """The process-wide torch settings a run asks for: TF32 on CUDA, the CPU threads."""
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = t.tf32
-        torch.backends.cudnn.allow_tf32 = t.tf32
-    if t.threads > 0:
-        torch.set_num_threads(t.threads)
+@contextlib.contextmanager
+def torch_settings(t: TrainConfig, device: torch.device) -> Iterator[None]:
+    """The torch settings a run asks for (TF32 on CUDA, `train.threads` CPU threads), for the
+    run only: the caller's are restored when it ends, so a library call leaves the process as
+    it found it."""
+    saved = (
+        torch.get_num_threads(),
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+    )
+    try:
+        if device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = t.tf32
+            torch.backends.cudnn.allow_tf32 = t.tf32
+        if t.threads > 0:
+            torch.set_num_threads(t.threads)
+        yield
+    finally:
+        if torch.get_num_threads() != saved[0]:
+            torch.set_num_threads(saved[0])
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[1:]
 
 
 def _start(run: RunDir, ds: PreparedDataset, cfg: RunConfig, source: dict[str, Any] | None) -> None:
@@ -504,6 +474,19 @@ class _LoopState:
             elapsed=state["elapsed"],
             bad=state["bad"],
         )
+
+    def record(self, value: float, epoch: int, model: nn.Module) -> None:
+        """A validation result: the state is kept if it is the best so far, else one more
+        epoch without improvement."""
+        if value > self.best["metric"]:
+            self.best = {
+                "metric": value,
+                "epoch": epoch,
+                "state": copy.deepcopy(model.state_dict()),
+            }
+            self.bad = 0
+        else:
+            self.bad += 1
 
     def checkpoint(
         self, training: Training, epoch: int, commit: str, precision: dict[str, Any]
@@ -566,34 +549,14 @@ def _train(
     val_protocol = parse_protocols(t.val_protocol)[0]
     validating = t.train_on == "train"
     stopped = "max_epochs"
-    timed = math.isfinite(budget)
     bar = _bar(cfg, budget, total_steps, loop, progress)
     loop.started = started = time.perf_counter() - loop.elapsed
     model.train()
     for epoch in range(loop.start_epoch, t.max_epochs):
         torch.manual_seed(int(np.random.SeedSequence([t.seed, epoch]).generate_state(1)[0]))
-        epoch_start, loss_sum, n_batches, n_seq, lr = time.perf_counter(), 0.0, 0, 0, 0.0
-        cpu_start = time.process_time()
-        out_of_time = False
-        for batch in sampler.epoch(epoch):
-            lr = set_lr(loop.step, time.perf_counter() - started)
-            loss = training.step(batch)
-            loop.step += 1
-            if not math.isfinite(loss):
-                bar.close()
-                raise TrainingError(
-                    f"{run.path}: the training loss is {loss} at epoch {epoch}, step "
-                    f"{loop.step}; training stopped, the checkpoint of the last finished epoch "
-                    "is kept (try a lower train.lr)"
-                )
-            loss_sum, n_batches, n_seq = loss_sum + loss, n_batches + 1, n_seq + batch.size
-            now = time.perf_counter() - started
-            bar.update(max(0, int(min(now, budget)) - bar.n) if timed else 1)
-            if now > budget:
-                out_of_time = True
-                break
-            if loop.step >= total_steps:  # train.max_steps reached (mid-epoch)
-                break
+        epoch_start, cpu_start = time.perf_counter(), time.process_time()
+        e = _updates(training, run, loop, epoch, bar, set_lr, started, budget, total_steps)
+        loss_sum, n_batches, n_seq, lr, out_of_time = e
         seconds = time.perf_counter() - epoch_start
         cpu_seconds = time.process_time() - cpu_start
         if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
@@ -619,15 +582,7 @@ def _train(
             # of a finite state (checked above): never a diverged one
             value = _validate(training, ds, device)
             line[f"valid_{val_protocol}_{t.val_metric}"] = value
-            if value > loop.best["metric"]:
-                loop.best = {
-                    "metric": value,
-                    "epoch": epoch,
-                    "state": copy.deepcopy(model.state_dict()),
-                }
-                loop.bad = 0
-            else:
-                loop.bad += 1
+            loop.record(value, epoch, model)
         loop.elapsed = time.perf_counter() - started
         line["elapsed_s"] = loop.elapsed
         loop.history.append(line)
@@ -639,14 +594,9 @@ def _train(
         )
         run.write_log(loop.history)
         run.save_checkpoint(loop.checkpoint(training, epoch, commit, training.precision))
-        if out_of_time:
-            stopped = "time_budget"
-            break
-        if loop.step >= total_steps:
-            stopped = "max_steps" if t.max_steps else "max_epochs"
-            break
-        if t.patience and loop.bad >= t.patience:
-            stopped = "early_stopping"
+        reason = _stop_reason(t, loop, total_steps, out_of_time)
+        if reason:
+            stopped = reason
             break
     bar.note(
         f"stopped ({stopped}) after {len(loop.history)} epochs; evaluating epoch "
@@ -656,6 +606,53 @@ def _train(
     )
     bar.close()
     return stopped
+
+
+def _updates(
+    training: Training,
+    run: RunDir,
+    loop: _LoopState,
+    epoch: int,
+    bar: Progress,
+    set_lr: Callable[[int, float], float],
+    started: float,
+    budget: float,
+    total_steps: int,
+) -> tuple[float, int, int, float, bool]:
+    """One epoch's updates, until its batches, the steps or the budget end: (summed loss,
+    batches, sequences, the last learning rate, whether the budget ran out). A non-finite loss
+    stops the run."""
+    loss_sum, n_batches, n_seq, lr, timed = 0.0, 0, 0, 0.0, math.isfinite(budget)
+    for batch in training.sampler.epoch(epoch):
+        lr = set_lr(loop.step, time.perf_counter() - started)
+        loss = training.step(batch)
+        loop.step += 1
+        if not math.isfinite(loss):
+            bar.close()
+            raise TrainingError(
+                f"{run.path}: the training loss is {loss} at epoch {epoch}, step "
+                f"{loop.step}; training stopped, the checkpoint of the last finished epoch "
+                "is kept (try a lower train.lr)"
+            )
+        loss_sum, n_batches, n_seq = loss_sum + loss, n_batches + 1, n_seq + batch.size
+        now = time.perf_counter() - started
+        bar.update(max(0, int(min(now, budget)) - bar.n) if timed else 1)
+        if now > budget:
+            return loss_sum, n_batches, n_seq, lr, True
+        if loop.step >= total_steps:  # train.max_steps reached (mid-epoch)
+            break
+    return loss_sum, n_batches, n_seq, lr, False
+
+
+def _stop_reason(t: TrainConfig, loop: _LoopState, total_steps: int, out_of_time: bool) -> str:
+    """Why the loop stops after this epoch ("" to go on)."""
+    if out_of_time:
+        return "time_budget"
+    if loop.step >= total_steps:
+        return "max_steps" if t.max_steps else "max_epochs"
+    if t.patience and loop.bad >= t.patience:
+        return "early_stopping"
+    return ""
 
 
 def _bar(

@@ -95,7 +95,7 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
         print(
             f"A {args.time_budget} run of the recipe; its own budget ({full_budget}) buys more: "
             "seqrec train bert4rec --data ml-1m --out runs/b4r --config ml-1m-bert4rec "
-            "(docs/bert4rec.md)."
+            "(docs/results/bert4rec.md)."
         )
     return 0
 

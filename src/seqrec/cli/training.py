@@ -41,7 +41,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         first = []
         if args.model == "sasrec" and not args.config:
             # the start for a new log: full cross-entropy (SASRec+CE), far above the paper's
-            # BCE with one negative on every dataset measured (docs/sasrec.md); --set wins
+            # BCE with one negative on every dataset measured (docs/results/sasrec.md); --set wins
             first.append('train.loss="ce"')
         args.set = [*first, *(args.set or []), *extra]
         cfg = _run_config(args)

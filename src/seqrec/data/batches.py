@@ -41,6 +41,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from seqrec.data.negatives import NegativeSampler
 from seqrec.data.preprocess import Sequences, left_pad
 
 __all__ = [
@@ -87,7 +88,7 @@ class NextItemConfig:
     # so positions of short histories weigh more in their short batches. On ML-1M SASRec+CE
     # reached test full NDCG@10 0.1751 with random batches against 0.1591 grouped, with
     # SASRec+'s init and Adam β2 and 40 instead of 25 minutes changed at the same time
-    # (docs/sasrec.md).
+    # (docs/design/sasrec.md).
     bucket_batches: int = 1
     # How a batch's loss is normalised. "batch": the mean over its target positions (the
     # original code). "epoch": the sum over them divided by the epoch's mean number of target
@@ -302,11 +303,15 @@ class ClozeSampler:
         seed: int = 0,
         n_negatives: int = 0,
         negatives_per: str = "position",
+        negatives: NegativeSampler | None = None,
     ) -> None:
+        """`negatives`: what the sampled losses draw (else `n_negatives` uniform ones per
+        `negatives_per`)."""
         self.cfg = cfg = cfg or ClozeConfig()
-        if negatives_per not in ("position", "batch"):
+        self.negatives = negatives or NegativeSampler(n_negatives, negatives_per)
+        if self.negatives.per not in ("position", "batch"):
             raise ValueError(
-                f"Cloze negatives_per must be position or batch, got {negatives_per!r}"
+                f"Cloze negatives_per must be position or batch, got {self.negatives.per!r}"
             )
         if not 0 < cfg.mask_prob <= 1:
             raise ValueError(f"cloze.mask_prob must be in (0, 1], got {cfg.mask_prob}")
@@ -319,8 +324,6 @@ class ClozeSampler:
         self.batch_size = batch_size
         self.seed = seed
         # per masked position, absent from the window; or per batch ("batch"), shared
-        self.n_negatives = n_negatives
-        self.negatives_per = negatives_per
         self.mask_id = train.n_items + 1
         lengths = train.lengths
         keep = np.flatnonzero(lengths > 0)
@@ -381,12 +384,12 @@ class ClozeSampler:
             items, inputs, masked, segments, position_ids = _pack_left_padded(
                 lengths, self.max_len, items, inputs, masked
             )
-        negatives = None
-        if self.n_negatives and self.negatives_per == "batch":
-            negatives = draw_shared_negatives(rng, self.n_negatives, self.train.n_items)
-        elif self.n_negatives:
+        negatives, neg = None, self.negatives
+        if neg.n and neg.shared:
+            negatives = neg.draw_shared(rng, self.train.n_items)
+        elif neg.n:
             rows = np.nonzero(masked)[0] if segments is None else segments[masked] - 1
-            negatives = draw_negatives(rng, samples, rows, self.n_negatives, self.train.n_items)
+            negatives = neg.draw_rows(rng, samples, rows, self.train.n_items)
         return Batch(
             inputs=torch.from_numpy(inputs),
             positions=torch.from_numpy(masked),
@@ -434,27 +437,19 @@ class NextItemSampler:
         n_negatives: int = 1,
         negatives_per: str = "position",
         negative_weights: np.ndarray | None = None,
+        negatives: NegativeSampler | None = None,
     ) -> None:
-        """`negative_weights` (n_items + 1,): draw negatives in proportion to these (e.g. the
-        training counts) instead of uniformly."""
+        """`negatives`: what the sampled losses draw (else `n_negatives` per `negatives_per`,
+        in proportion to `negative_weights` (n_items + 1,) when given, e.g. the training
+        counts, instead of uniformly)."""
         self.cfg = cfg = cfg or NextItemConfig()
-        if negatives_per not in ("position", "sequence", "batch"):
-            raise ValueError(
-                f"negatives_per must be position, sequence or batch, got {negatives_per!r}"
-            )
-        if cfg.pack and n_negatives and negatives_per == "sequence":
+        self.negatives = negatives or NegativeSampler(n_negatives, negatives_per, negative_weights)
+        if cfg.pack and self.negatives.n and self.negatives.per == "sequence":
             raise ValueError('next_item.pack does not combine with negatives_per = "sequence"')
-        self.negatives_per = negatives_per
         self.train = train
         self.max_len = max_len
         self.batch_size = batch_size
         self.seed = seed
-        self.n_negatives = n_negatives  # per position, absent from the user's training sequence
-        self.cdf = None
-        if negative_weights is not None:
-            w = np.asarray(negative_weights, dtype=np.float64).copy()
-            w[0] = 0.0
-            self.cdf = np.cumsum(w) / w.sum()
         # a sample needs one (input, target) pair: windows over the T - 1 pairs of each user
         lengths = train.lengths
         keep = np.flatnonzero(lengths >= 2)
@@ -492,18 +487,15 @@ class NextItemSampler:
             targets = left_pad(self.train.items, starts + 1, ends + 1, width)  # (B, L) s_2..s_T
             sample = np.broadcast_to(np.arange(len(window))[:, None], inputs.shape)
         positions = targets != 0
-        negatives = None
-        if self.n_negatives and self.negatives_per == "batch":
-            negatives = draw_shared_negatives(rng, self.n_negatives, self.train.n_items, self.cdf)
-        elif self.n_negatives:
+        negatives, neg = None, self.negatives
+        if neg.n and neg.shared:
+            negatives = neg.draw_shared(rng, self.train.n_items)
+        elif neg.n:
             u_start, u_end = self.user_start[window], self.user_end[window]
             seen = left_pad(self.train.items, u_start, u_end, int((u_end - u_start).max()))
             # per sequence: (B, k), shared by its positions; per position: (M, k)
-            per_sequence = self.negatives_per == "sequence"
-            rows = np.arange(len(window)) if per_sequence else sample[positions]
-            negatives = draw_negatives(
-                rng, seen, rows, self.n_negatives, self.train.n_items, self.cdf
-            )
+            rows = np.arange(len(window)) if neg.per == "sequence" else sample[positions]
+            negatives = neg.draw_rows(rng, seen, rows, self.train.n_items)
         packed = self.cfg.pack
         return Batch(
             inputs=torch.from_numpy(inputs),

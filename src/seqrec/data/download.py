@@ -15,7 +15,6 @@ import hashlib
 import http.client
 import os
 import shutil
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -149,12 +148,14 @@ def _download_once(
     timeout: float,
     progress: bool,
 ) -> None:
-    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    tmp = Path(tmp_name)
     h_md5, h_sha = hashlib.md5(), hashlib.sha256()
     received = 0
-    try:
-        with os.fdopen(fd, "wb") as out:
+
+    def fetch(out: IO[bytes]) -> None:
+        """Stream the body into `out`, then check it; any failure is one DownloadError (and
+        atomic_write leaves no partial file)."""
+        nonlocal received
+        try:
             req = urllib.request.Request(url, headers={"User-Agent": "seqrec"})
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 total = int(resp.headers.get("Content-Length") or 0) or None
@@ -167,6 +168,16 @@ def _download_once(
                         h_sha.update(chunk)
                         received += len(chunk)
                         bar.update(len(chunk))
+        except urllib.error.HTTPError as e:
+            raise DownloadError(f"{url}: HTTP {e.code} {e.reason}") from None
+        except urllib.error.URLError as e:
+            raise DownloadError(f"{url}: cannot connect ({e.reason})") from None
+        except TimeoutError:
+            raise DownloadError(f"{url}: timed out after {received} bytes") from None
+        except (OSError, http.client.HTTPException) as e:  # reset, IncompleteRead, ...
+            raise DownloadError(
+                f"{url}: connection dropped after {received} bytes ({e!r})"
+            ) from None
         if total is not None and received != total:
             raise DownloadError(f"{url}: connection dropped after {received} of {total} bytes")
         if size is not None and received != size:
@@ -177,18 +188,13 @@ def _download_once(
             raise _VerificationError(
                 f"{url}: sha256 checksum {h_sha.hexdigest()}, expected {sha256}"
             )
-        os.replace(tmp, dest)
-        dest.with_name(dest.name + ".sha256").write_text(f"{h_sha.hexdigest()}  {dest.name}\n")
-    except urllib.error.HTTPError as e:
-        raise DownloadError(f"{url}: HTTP {e.code} {e.reason}") from None
-    except urllib.error.URLError as e:
-        raise DownloadError(f"{url}: cannot connect ({e.reason})") from None
-    except TimeoutError:
-        raise DownloadError(f"{url}: timed out after {received} bytes") from None
-    except (OSError, http.client.HTTPException) as e:  # reset, IncompleteRead, ...
-        raise DownloadError(f"{url}: connection dropped after {received} bytes ({e!r})") from None
-    finally:
-        tmp.unlink(missing_ok=True)
+
+    try:
+        atomic_write(dest, fetch)
+    except OSError as e:  # the local disk (the network's errors are DownloadErrors above)
+        raise DownloadError(f"{dest}: could not be written ({e.strerror})") from None
+    record = f"{h_sha.hexdigest()}  {dest.name}\n".encode()
+    atomic_write(dest.with_name(dest.name + ".sha256"), lambda f: f.write(record))
 
 
 def _verify(path: Path, source: DatasetSource) -> None:

@@ -43,7 +43,14 @@ from seqrec.data.preprocess import (
     preprocess,
 )
 from seqrec.data.settings import DataConfig, EvalConfig
-from seqrec.data.split import LeaveOneOut, Split, leave_one_out
+from seqrec.data.split import (
+    LeaveOneOut,
+    Split,
+    leave_one_out,
+    time_cut_seconds,
+    time_split,
+    time_split_counts,
+)
 from seqrec.errors import ConfigError, DataError
 from seqrec.metrics import DEFAULT_KS
 from seqrec.outputs import check_out_dir, dir_kind
@@ -77,6 +84,8 @@ class PreparedDataset:
     item_ids: list[Any]
     stats: dict[str, Any]
     _negatives: dict[str, np.ndarray]
+    # the time split: how many of each user's items come before the cut (None: leave-one-out)
+    before_cut: np.ndarray | None = None
 
     @property
     def name(self) -> str:
@@ -102,6 +111,10 @@ class PreparedDataset:
 
     @cached_property
     def split(self) -> LeaveOneOut:
+        """Its training part and held-out targets: leave-one-out, or the time split it was
+        prepared with (`data.split`)."""
+        if self.before_cut is not None:
+            return time_split(self.sequences, self.before_cut)
         return leave_one_out(self.sequences)
 
     def negatives(self, split: Split) -> dict[str, np.ndarray]:
@@ -156,9 +169,12 @@ def _fingerprint(source: Path) -> dict[str, Any]:
 
 
 def _settings(data_cfg: DataConfig, eval_cfg: EvalConfig) -> dict[str, Any]:
+    data = asdict(data_cfg)
+    if data_cfg.split == "leave_one_out":  # the keys of datasets prepared before the time split
+        del data["split"], data["time_cut"]
     return {
         "format_version": FORMAT_VERSION,
-        "data": asdict(data_cfg),
+        "data": data,
         "n_negatives": eval_cfg.n_negatives,
         "negative_seed": eval_cfg.negative_seed,
     }
@@ -260,6 +276,8 @@ def prepare(
         separator=data_cfg.separator,
     )
     fmt = fmt or detect_format(source)
+    if data_cfg.split == "time" and fmt in PUBLISHED_FORMATS:
+        raise ConfigError(f'{source}: data.split = "time" needs timestamps; a {fmt} file has none')
     kcore = kcore_thresholds(data_cfg, fmt)
     unset = data_cfg.min_user_interactions is None and data_cfg.min_item_interactions is None
     if fmt in PUBLISHED_FORMATS and unset:
@@ -375,18 +393,48 @@ def prepare_frame(
         f"prepare {name}: {interactions.height:,} interactions: time order, "
         f"{min_user}/{min_item}-core, ids"
     )
+    _check_split(data_cfg)
     pre = preprocess(interactions, min_user_interactions=min_user, min_item_interactions=min_item)
+    stats: dict[str, Any] = dataset_stats(pre.sequences)
+    before = None
+    if data_cfg.split == "time":
+        assert pre.times is not None and data_cfg.time_cut is not None
+        cut = time_cut_seconds(data_cfg.time_cut, pre.times)
+        after = pre.times >= cut
+        users = pre.sequences.user_index()
+        before = np.bincount(users[~after], minlength=pre.sequences.n_users)
+        counts = time_split_counts(before, pre.sequences.lengths, cut)
+        stats["time_split"] = asdict(counts)
+        stages.note(
+            f"prepare {name}: time split at {cut}: {counts.evaluated:,} users evaluated, "
+            f"{counts.cold:,} cold (every item after the cut), {counts.one_after:,} with one item "
+            "after it"
+        )
+        if counts.evaluated == 0:
+            raise DataError(
+                f"{name}: no user has an item before the cut and two after it "
+                f"(data.time_cut = {data_cfg.time_cut!r})"
+            )
+    split = leave_one_out(pre.sequences) if before is None else time_split(pre.sequences, before)
     stages.note(f"prepare {name}: sampling the candidates of {pre.sequences.n_users:,} users")
-    negatives = _sample_all(pre, eval_cfg)
-    manifest = {"name": name, "key": key, "stats": dataset_stats(pre.sequences)}
-    _write_atomically(out, pre, manifest, negatives)
+    negatives = _sample_all(pre.sequences, split, eval_cfg)
+    manifest = {"name": name, "key": key, "stats": stats}
+    _write_atomically(out, pre, manifest, negatives, before)
     stages.note(f"prepare {name}: written to {out}")
     return load_prepared(out)
 
 
-def _sample_all(pre: Preprocessed, eval_cfg: EvalConfig) -> dict[str, np.ndarray]:
-    seqs = pre.sequences
-    split = leave_one_out(seqs)
+def _check_split(data_cfg: DataConfig) -> None:
+    if data_cfg.split != "time":
+        return
+    if data_cfg.time_cut is None:
+        raise ConfigError('data.split = "time" needs data.time_cut (a fraction, or a date)')
+    if data_cfg.time_col is None:
+        raise ConfigError('data.split = "time" needs a time column (data.time_col is none)')
+    time_cut_seconds(data_cfg.time_cut, np.zeros(1, dtype=np.int64))  # a readable cut
+
+
+def _sample_all(seqs: Sequences, split: LeaveOneOut, eval_cfg: EvalConfig) -> dict[str, np.ndarray]:
     popularity = item_popularity(seqs)
     out: dict[str, np.ndarray] = {}
     # What a split's negatives must avoid: the items known at its time. Test: the whole
@@ -411,18 +459,23 @@ def _sample_all(pre: Preprocessed, eval_cfg: EvalConfig) -> dict[str, np.ndarray
 
 
 def _write_atomically(
-    out: Path, pre: Preprocessed, manifest: dict[str, Any], negatives: dict[str, np.ndarray]
+    out: Path,
+    pre: Preprocessed,
+    manifest: dict[str, Any],
+    negatives: dict[str, np.ndarray],
+    before: np.ndarray | None = None,
 ) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     try:
         seqs = pre.sequences
-        pl.DataFrame(
-            {
-                "user": seqs.user_index().astype(np.int32),
-                "item": seqs.items.astype(np.int32),
-            }
-        ).write_parquet(tmp / "sequences.parquet")
+        columns: dict[str, np.ndarray] = {
+            "user": seqs.user_index().astype(np.int32),
+            "item": seqs.items.astype(np.int32),
+        }
+        if before is not None:  # the time split: whether each item comes after the cut
+            columns["after_cut"] = seqs.position_index() >= np.repeat(before, seqs.lengths)
+        pl.DataFrame(columns).write_parquet(tmp / "sequences.parquet")
         vocab = {"users": pre.user_ids.to_list(), "items": pre.item_ids.to_list()}
         (tmp / "vocab.json").write_text(json.dumps(vocab))
         (tmp / "stats.json").write_text(json.dumps(manifest["stats"], indent=2) + "\n")
@@ -469,6 +522,10 @@ def load_prepared(path: str | Path) -> PreparedDataset:
     with np.load(path / "negatives.npz") as npz:
         negatives = {k: npz[k].astype(np.int64) for k in npz.files}
     stats = json.loads((path / "stats.json").read_text())
+    before = None
+    if "after_cut" in table.columns:
+        after = table.get_column("after_cut").to_numpy()
+        before = np.bincount(users[~after], minlength=n_users).astype(np.int64)
     return PreparedDataset(
         path=path,
         manifest=manifest,
@@ -477,4 +534,5 @@ def load_prepared(path: str | Path) -> PreparedDataset:
         item_ids=vocab["items"],
         stats=stats,
         _negatives=negatives,
+        before_cut=before,
     )

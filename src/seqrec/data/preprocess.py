@@ -93,6 +93,7 @@ class Preprocessed:
     sequences: Sequences
     user_ids: pl.Series  # external id of internal user u at position u
     item_ids: pl.Series  # external id of internal item i at position i - 1
+    times: np.ndarray | None = None  # (T,) the timestamp of each of `sequences.items`
 
 
 def kcore_mask(
@@ -145,7 +146,8 @@ def preprocess(
     lengths = np.bincount(u_codes, minlength=len(user_ids))
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     seqs = Sequences(items=i_codes + 1, offsets=offsets, n_items=len(item_ids))
-    return Preprocessed(sequences=seqs, user_ids=user_ids, item_ids=item_ids)
+    times = df.get_column("timestamp").to_numpy().astype(np.int64)
+    return Preprocessed(sequences=seqs, user_ids=user_ids, item_ids=item_ids, times=times)
 
 
 def dataset_stats(seqs: Sequences) -> dict[str, float | int]:

@@ -6,6 +6,7 @@ composes them into a `RunConfig`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 __all__ = ["DataConfig", "EvalConfig"]
 
@@ -24,6 +25,15 @@ class DataConfig:
     item_col: str = "item"
     time_col: str | None = "timestamp"  # None: rows already in time order per user
     separator: str = ","
+    # How the held-out targets are chosen (seqrec.data.split). "leave_one_out" (the papers'):
+    # each user's last item is the test target, the one before it the validation target.
+    # "time": a cut in time (`time_cut`); training is every interaction before it, and each
+    # user with history before the cut and two items after it has the first as its validation
+    # target and the second as its test target (production-like evaluation).
+    split: Literal["leave_one_out", "time"] = "leave_one_out"
+    # The cut of the time split: a fraction in (0, 1) (that share of the interactions comes
+    # before it), seconds since the epoch, or an ISO date or time ("2003-01-01", UTC).
+    time_cut: float | str | None = None
 
 
 @dataclass(frozen=True)

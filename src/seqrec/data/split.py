@@ -9,6 +9,13 @@ second-last the validation target, the rest is training.
 `LeaveOneOut.training("train+valid")` is what the original BERT4Rec code trains on: every item but
 the test one (its gen_data_fin.py puts the validation item into training; the paper's §4.1 text
 trains on "the remaining items"). A model trained on it cannot be selected on validation.
+
+The time split (`time_split`, `data.split = "time"`) holds the same parts, cut at a point in
+time instead: training is every interaction before the cut; a user with at least one item
+before it and two after it is evaluated, the first item after the cut its validation target
+(input: the items before the cut) and the second its test target (input: those and the
+validation item). Users whose items all come after the cut are cold (nothing to read), those
+with one item after it have no test target: neither is evaluated (`TimeSplitCounts`).
 """
 
 from __future__ import annotations
@@ -20,7 +27,17 @@ import numpy as np
 
 from seqrec.data.preprocess import Sequences
 
-__all__ = ["EvalSet", "LeaveOneOut", "Split", "TrainOn", "leave_one_out"]
+__all__ = [
+    "EvalSet",
+    "LeaveOneOut",
+    "Split",
+    "TimeSplitCounts",
+    "TrainOn",
+    "leave_one_out",
+    "time_cut_seconds",
+    "time_split",
+    "time_split_counts",
+]
 
 Split = Literal["valid", "test"]
 # what a model learns from: the training part, or that and the validation items
@@ -39,7 +56,9 @@ class EvalSet:
 
 @dataclass(frozen=True)
 class LeaveOneOut:
-    sequences: Sequences  # full sequences (training + validation + test items)
+    """The parts of a split (leave-one-out, or the time split in the same form)."""
+
+    sequences: Sequences  # training + validation + test items of every user
     train: Sequences  # all but the last two items of every evaluated user
     valid: EvalSet
     test: EvalSet
@@ -57,9 +76,10 @@ class LeaveOneOut:
         if train_on == "train":
             return self.train
         if train_on == "train+valid":
-            lengths = self.sequences.lengths
             users = np.arange(self.sequences.n_users, dtype=np.int64)
-            return self.sequences.take(users, drop_last=np.where(lengths >= 3, 1, 0))
+            evaluated = np.zeros(self.sequences.n_users, dtype=bool)
+            evaluated[self.test.users] = True
+            return self.sequences.take(users, drop_last=np.where(evaluated, 1, 0))
         raise ValueError(f"train_on must be 'train' or 'train+valid', got {train_on!r}")
 
 
@@ -82,3 +102,83 @@ def leave_one_out(seqs: Sequences) -> LeaveOneOut:
         targets=seqs.items[last],
     )
     return LeaveOneOut(sequences=seqs, train=train, valid=valid, test=test)
+
+
+@dataclass(frozen=True)
+class TimeSplitCounts:
+    """Who a time split evaluates: users with history before the cut and two items after it;
+    cold users (every item after the cut) and users with one item after it are not."""
+
+    cut: int  # seconds since the epoch: items at or after it are after the cut
+    evaluated: int
+    cold: int
+    one_after: int
+    before_only: int  # users with no item after the cut (training data only)
+
+
+def time_cut_seconds(cut: float | str, times: np.ndarray) -> int:
+    """The cut of `data.time_cut` in seconds since the epoch: a fraction in (0, 1) of the
+    interactions `times` that come before it, seconds, or an ISO date or time (UTC when it
+    names no zone)."""
+    from datetime import UTC, datetime
+
+    from seqrec.errors import ConfigError
+
+    if isinstance(cut, str):
+        try:
+            when = datetime.fromisoformat(cut.strip())
+        except ValueError:
+            raise ConfigError(
+                f"data.time_cut {cut!r}: expected a fraction in (0, 1), seconds since the epoch "
+                "or an ISO date such as 2003-01-01"
+            ) from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        return int(when.timestamp())
+    if 0 < cut < 1:
+        if len(times) == 0:
+            raise ConfigError("data.time_cut: no interactions to cut")
+        ordered = np.sort(times)
+        return int(ordered[min(len(ordered) - 1, int(np.ceil(cut * len(ordered))))])
+    if cut >= 1:
+        return int(cut)
+    raise ConfigError(f"data.time_cut must be a fraction in (0, 1) or a time, got {cut!r}")
+
+
+def time_split(seqs: Sequences, before: np.ndarray) -> LeaveOneOut:
+    """The time split of `seqs` (time-ordered) whose user u has `before[u]` items before the
+    cut (see the module's docstring)."""
+    lengths = seqs.lengths
+    before = np.asarray(before, dtype=np.int64)
+    after = lengths - before
+    users = np.arange(seqs.n_users, dtype=np.int64)
+    is_evaluated = (before >= 1) & (after >= 2)
+    evaluated = users[is_evaluated]
+    # every user's items before the cut, and an evaluated user's first two after it
+    kept = seqs.take(users, drop_last=after - np.where(is_evaluated, 2, 0))
+    last = kept.offsets[evaluated + 1] - 1
+    train = kept.take(users, drop_last=np.where(is_evaluated, 2, 0))
+    valid = EvalSet(
+        split="valid",
+        users=evaluated,
+        histories=kept.take(evaluated, drop_last=2),
+        targets=kept.items[last - 1],
+    )
+    test = EvalSet(
+        split="test",
+        users=evaluated,
+        histories=kept.take(evaluated, drop_last=1),
+        targets=kept.items[last],
+    )
+    return LeaveOneOut(sequences=kept, train=train, valid=valid, test=test)
+
+
+def time_split_counts(before: np.ndarray, lengths: np.ndarray, cut: int) -> TimeSplitCounts:
+    after = lengths - before
+    return TimeSplitCounts(
+        cut=cut,
+        evaluated=int(((before >= 1) & (after >= 2)).sum()),
+        cold=int((before == 0).sum()),
+        one_after=int(((before >= 1) & (after == 1)).sum()),
+        before_only=int((after == 0).sum()),
+    )

@@ -9,7 +9,7 @@ the `Scorer` interface of `seqrec.evaluate`.
 (TOML section name -> frozen dataclass), how to build it, its training batches and where its
 training recipe differs from `TrainConfig`'s defaults. A model file defines its module and one
 `ModelEntry`; `seqrec.registry` lists the entries. Adding a model is that file plus one line
-there (docs/architecture.md, "Adding a model").
+there (docs/design/architecture.md, "Adding a model").
 """
 
 from __future__ import annotations
@@ -23,8 +23,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import numpy as np
 import torch
 from torch import nn
-
-from seqrec.errors import ConfigError
 
 if TYPE_CHECKING:
     from seqrec.config import RunConfig
@@ -142,6 +140,11 @@ class ModelEntry:
     batches: Callable[[RunConfig, PreparedDataset], Sampler]  # its training task
     # where its recipe differs from TrainConfig's defaults (BERT4Rec §4.3)
     train_defaults: Mapping[str, Any] = field(default_factory=dict)
+    # reads each row as one user's whole sequence (a GRU, a per-user term): no packed batches
+    whole_rows: bool = False
+    # the model's own rules beyond seqrec.validation's (cfg, the dataset or None): a
+    # ConfigError line, before anything is built or written
+    validate: Callable[[RunConfig, PreparedDataset | None], None] | None = None
 
 
 def last_positions(x: torch.Tensor, n: int, dim: int = 1) -> torch.Tensor:
@@ -159,31 +162,27 @@ def next_item_batches(cfg: RunConfig, ds: PreparedDataset, max_len: int) -> Samp
     """The shifted next-item task (SASRec §III-E) over the training sequences, windows of at most
     `max_len` items: the training batches of any model whose config has a [next_item] section."""
     from seqrec.data.batches import NextItemSampler
+    from seqrec.data.negatives import NegativeSampler
 
     t = cfg.train
     train = ds.split.training(t.train_on)
-    popularity = t.negative_sampling == "popularity"
+    counts = np.bincount(train.items, minlength=train.n_items + 1)
     return NextItemSampler(
         train,
         max_len=max_len,
         cfg=cfg.next_item,
         batch_size=t.batch_size,
         seed=t.seed,
-        n_negatives=t.n_negatives if t.loss != "ce" else 0,
-        negatives_per=t.negatives_per,
-        negative_weights=np.bincount(train.items, minlength=train.n_items + 1)
-        if popularity
-        else None,
+        negatives=NegativeSampler.from_config(cfg, counts),
     )
 
 
 def whole_row_batches(model: str, section: str) -> Callable[[RunConfig, PreparedDataset], Sampler]:
     """The next-item batches of a model that reads each row as one user's whole sequence (a GRU, a
-    per-user term): unpacked, windows of `cfg.<section>.max_len` items."""
+    per-user term): windows of `cfg.<section>.max_len` items (its entry's `whole_rows` keeps them
+    unpacked)."""
 
     def batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
-        if cfg.next_item.pack:
-            raise ConfigError(f"{model}: next_item.pack must be false (each row is one user's)")
         return next_item_batches(cfg, ds, getattr(cfg, section).max_len)
 
     return batches

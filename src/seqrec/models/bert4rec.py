@@ -39,7 +39,7 @@ class BERT4RecConfig:
     n_heads: int = 2  # h (§4.3: head size 32)
     dropout: float = 0.2  # hidden dropout; the paper tunes it, the original ML-1M script uses 0.2
     # Dropout on the attention weights (original code: 0.2). Any value > 0 forces PyTorch's
-    # unfused (slower) attention path; the ML-1M recipe sets 0 (docs/bert4rec.md, and
+    # unfused (slower) attention path; the ML-1M recipe sets 0 (docs/results/bert4rec.md, and
     # benchmarks/throughput.py --variant to measure the cost on a machine).
     attn_dropout: float = 0.2
     # Initialisation. "trunc_normal": std 0.02 cut at ±2 std, as the original code's
@@ -56,11 +56,11 @@ class BERT4RecConfig:
     # this; Eq. 7 writes GELU(h W^P + b^P) only. Without it the transform's output is small at
     # initialisation (its weights have std 0.02), and so is every gradient that reaches the item
     # embeddings through the output layer: training sits on the popularity plateau for longer
-    # (docs/bert4rec.md).
+    # (docs/results/bert4rec.md).
     head_norm: bool = True
     # The output transform of Eq. 7, GELU(h W^P + b^P) (and head_norm's LayerNorm). False scores
     # the hidden state against the item embeddings directly, h E^T + b^O, as the PyTorch
-    # BERT4Rec of Klenitskiy & Vasilev (2023) does; a named deviation (docs/bert4rec.md).
+    # BERT4Rec of Klenitskiy & Vasilev (2023) does; a named deviation (docs/results/bert4rec.md).
     head_transform: bool = True
     # The output bias b^O at initialisation: "zeros" (the original code), or "log_popularity",
     # the log of each item's share of the training interactions, so the model starts where a
@@ -68,7 +68,7 @@ class BERT4RecConfig:
     out_bias_init: Literal["zeros", "log_popularity"] = "zeros"
     # "torch": nn.Dropout. "fast": the same inverted dropout with its mask drawn from 16 random
     # bits per element (models/dropout.py), cheaper to draw on a CPU; a speed option, its
-    # effect on quality is measured in docs/performance.md.
+    # effect on quality is measured in docs/results/performance.md.
     dropout_impl: DropoutKind = "torch"
     # Table 5's ablations (§4.8), each a component removed: "pe" the positional embedding, "pffn"
     # the position-wise feed-forward sublayer, "ln" the LayerNorms of the Transformer layers,
@@ -256,14 +256,15 @@ class BERT4Rec(SequenceModel):
 
 
 def _cloze_batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
-    return ClozeSampler(
+    from seqrec.data.negatives import NegativeSampler
+
+    return ClozeSampler(  # uniform negatives only (popularity needs the next-item task)
         ds.split.training(cfg.train.train_on),
         max_len=cfg.bert4rec.max_len,
         cfg=cfg.cloze,
         batch_size=cfg.train.batch_size,
         seed=cfg.train.seed,
-        n_negatives=cfg.train.n_negatives if cfg.train.loss != "ce" else 0,
-        negatives_per=cfg.train.negatives_per,
+        negatives=NegativeSampler.from_config(cfg),
     )
 
 

@@ -88,6 +88,7 @@ ENTRY = ModelEntry(
     sections={"bpr_mf": BPRMFConfig, "next_item": NextItemConfig},
     build=lambda n_items, n_users, cfg: BPRMF(n_items, n_users, cfg.bpr_mf),
     batches=whole_row_batches("bpr-mf", "bpr_mf"),
+    whole_rows=True,
     train_defaults={
         **BASELINE_TRAIN,
         "loss": "bpr",

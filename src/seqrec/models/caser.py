@@ -126,6 +126,7 @@ ENTRY = ModelEntry(
     sections={"caser": CaserConfig, "next_item": NextItemConfig},
     build=lambda n_items, n_users, cfg: Caser(n_items, n_users, cfg.caser),
     batches=whole_row_batches("caser", "caser"),
+    whole_rows=True,
     train_defaults={
         **BASELINE_TRAIN,
         "weight_decay": 1e-6,

@@ -96,6 +96,7 @@ ENTRY = ModelEntry(
     sections={"fpmc": FPMCConfig, "next_item": NextItemConfig},
     build=lambda n_items, n_users, cfg: FPMC(n_items, n_users, cfg.fpmc),
     batches=whole_row_batches("fpmc", "fpmc"),
+    whole_rows=True,
     train_defaults={
         **BASELINE_TRAIN,
         "loss": "bpr",

@@ -111,6 +111,7 @@ ENTRY = ModelEntry(
     sections={"gru4rec": GRU4RecConfig, "next_item": NextItemConfig},
     build=lambda n_items, n_users, cfg: GRU4Rec(n_items, cfg.gru4rec),
     batches=whole_row_batches("gru4rec", "gru4rec"),
+    whole_rows=True,
     train_defaults={
         **BASELINE_TRAIN,
         "loss": "bpr_max",

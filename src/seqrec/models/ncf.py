@@ -25,7 +25,7 @@ from torch import nn
 
 from seqrec.data.batches import NextItemConfig
 from seqrec.errors import ConfigError
-from seqrec.models.base import BASELINE_TRAIN, ModelEntry, Sampler, SequenceModel, whole_row_batches
+from seqrec.models.base import BASELINE_TRAIN, ModelEntry, SequenceModel, whole_row_batches
 from seqrec.models.bprmf import user_rows
 
 if TYPE_CHECKING:
@@ -138,14 +138,13 @@ class NCF(SequenceModel):
         return torch.cat(out, dim=1)
 
 
-def _batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
+def _validate(cfg: RunConfig, ds: PreparedDataset | None) -> None:
     t = cfg.train
     if t.loss == "ce" or t.negatives_per != "position" or t.n_negatives < 1:
         raise ConfigError(
             "ncf: train.loss must be a sampled loss (bce, bpr, ...) with negatives per position "
             "(its MLP scores (user, item) pairs; a softmax over every item is not built)"
         )
-    return whole_row_batches("ncf", "ncf")(cfg, ds)
 
 
 # NCF §4.1: Adam, the log loss with 4 negatives per positive, lr from {0.0001 .. 0.01}
@@ -153,7 +152,9 @@ ENTRY = ModelEntry(
     name="ncf",
     sections={"ncf": NCFConfig, "next_item": NextItemConfig},
     build=lambda n_items, n_users, cfg: NCF(n_items, n_users, cfg.ncf),
-    batches=_batches,
+    batches=whole_row_batches("ncf", "ncf"),
+    whole_rows=True,
+    validate=_validate,
     train_defaults={
         **BASELINE_TRAIN,
         "loss": "bce",

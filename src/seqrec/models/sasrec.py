@@ -75,7 +75,7 @@ class SASRecConfig:
     shared_embedding: bool = True
     # "torch": nn.Dropout. "fast": the same inverted dropout with its mask drawn from 16 random
     # bits per element (models/dropout.py), cheaper to draw on a CPU; a speed option, its
-    # effect on quality is measured in docs/performance.md.
+    # effect on quality is measured in docs/results/performance.md.
     dropout_impl: DropoutKind = "torch"
 
 

@@ -95,6 +95,7 @@ ENTRY = ModelEntry(
     sections={"transrec": TransRecConfig, "next_item": NextItemConfig},
     build=lambda n_items, n_users, cfg: TransRec(n_items, n_users, cfg.transrec),
     batches=whole_row_batches("transrec", "transrec"),
+    whole_rows=True,
     train_defaults={
         **BASELINE_TRAIN,
         "loss": "bpr",

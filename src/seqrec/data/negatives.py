@@ -1,0 +1,121 @@
+"""The negatives of the sampled losses as one object: how many, what they are drawn for, from
+which distribution, and which settings they combine with.
+
+`train.n_negatives` items are drawn
+
+- per **position** (`train.negatives_per = "position"`): k for every target position, none of
+  them in the user's training sequence (SASRec §III-E, BERT4Rec's sampled variants);
+- per **sequence** (`"sequence"`): k for a whole training row, shared by its positions and
+  scored by one batched matmul (gSASRec's setting; not with `next_item.pack`);
+- per **batch** (`"batch"`): k for the whole batch, shared by every target position, a row's
+  own target left out by the loss (in-batch-style sampled softmax with the logQ correction);
+
+uniformly over the catalogue or, with `train.negative_sampling = "popularity"`, in proportion to
+the training counts. The full cross-entropy (`train.loss = "ce"`) draws none.
+
+`NegativeSampler.check` holds every rule that ties these settings to the loss and the task, so
+an invalid combination is one ConfigError line before anything is built or written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from seqrec.errors import ConfigError
+
+if TYPE_CHECKING:
+    from seqrec.config import RunConfig
+
+__all__ = ["NEGATIVES_PER", "SHARED_NEGATIVE_LOSSES", "NegativeSampler"]
+
+NEGATIVES_PER = ("position", "sequence", "batch")
+# the losses that take a -inf score (a row's own target among shared negatives) as "no negative"
+SHARED_NEGATIVE_LOSSES = ("sampled_softmax", "bce", "gbce")
+
+
+@dataclass(frozen=True, eq=False)
+class NegativeSampler:
+    """`n` negatives per `per` ("position", "sequence" or "batch"), uniform over items 1..V or in
+    proportion to `weights` ((V + 1,), index 0 the padding; zero-weight items never drawn)."""
+
+    n: int = 0
+    per: str = "position"
+    weights: np.ndarray | None = None
+    cdf: np.ndarray | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        if self.per not in NEGATIVES_PER:
+            raise ValueError(f"negatives_per must be position, sequence or batch, got {self.per!r}")
+        if self.weights is not None:
+            w = np.asarray(self.weights, dtype=np.float64).copy()
+            w[0] = 0.0  # the padding is never a negative
+            object.__setattr__(self, "cdf", np.cumsum(w) / w.sum())
+
+    @classmethod
+    def from_config(cls, cfg: RunConfig, item_counts: np.ndarray | None = None) -> NegativeSampler:
+        """What `cfg.train` asks for; `item_counts` (V + 1,): the training counts, the weights
+        of popularity sampling (needed only for it)."""
+        t = cfg.train
+        n = 0 if t.loss == "ce" else t.n_negatives
+        popularity = n and t.negative_sampling == "popularity"
+        if popularity and item_counts is None:
+            raise ValueError("popularity sampling needs the training item counts")
+        return cls(n, t.negatives_per, item_counts if popularity else None)
+
+    @staticmethod
+    def check(cfg: RunConfig) -> None:
+        """Every rule tying the negatives to the loss and the task; a ConfigError line."""
+        t = cfg.train
+        if t.loss == "ce":
+            return
+        if t.n_negatives < 1:
+            raise ConfigError(f"train.loss = {t.loss!r} needs train.n_negatives >= 1")
+        task = getattr(cfg, "next_item", None)  # the next-item task's section, if the model has it
+        if t.negatives_per == "batch" and t.loss not in SHARED_NEGATIVE_LOSSES:
+            raise ConfigError(
+                'train.negatives_per = "batch" works with train.loss '
+                f"{', '.join(SHARED_NEGATIVE_LOSSES)}; got {t.loss!r}"
+            )
+        if t.negatives_per == "sequence" and task is None:
+            raise ConfigError(
+                f'train.negatives_per = "sequence" needs the next-item task; {cfg.model} has none'
+            )
+        if t.negative_sampling == "popularity":
+            if task is None:
+                raise ConfigError(
+                    f'train.negative_sampling = "popularity" needs the next-item task; '
+                    f"{cfg.model} has none"
+                )
+            if t.logq:
+                raise ConfigError(
+                    "train.logq corrects for uniform negatives; it does not combine with "
+                    'train.negative_sampling = "popularity"'
+                )
+        if t.negatives_per == "sequence" and task is not None and task.pack:
+            raise ConfigError(
+                'next_item.pack does not combine with train.negatives_per = "sequence"'
+            )
+
+    @property
+    def shared(self) -> bool:
+        """One set for the whole batch (per = "batch")."""
+        return self.per == "batch"
+
+    def draw_shared(self, rng: np.random.Generator, n_items: int) -> np.ndarray:
+        """(n,) negatives for a whole batch (a row's own target is left out by the loss)."""
+        from seqrec.data.batches import draw_shared_negatives
+
+        return draw_shared_negatives(rng, self.n, n_items, self.cdf)
+
+    def draw_rows(
+        self, rng: np.random.Generator, seen: np.ndarray, rows: np.ndarray, n_items: int
+    ) -> np.ndarray:
+        """(len(rows), n) negatives, each row's absent from its sequence: `seen` (B, W) holds
+        each sample's items (0 = padding), `rows` the sample of each target position (per
+        position) or of each sequence (per sequence)."""
+        from seqrec.data.batches import draw_negatives
+
+        return draw_negatives(rng, seen, rows, self.n, n_items, self.cdf)

@@ -1,0 +1,72 @@
+"""One check of a training config before anything is built or written: `validate(cfg, ds)`.
+
+It runs, in order: the ranges of every value (`config.validate`), what the training loop needs
+(a known model, a computed validation metric and protocol, a readable budget, a decay that can
+end, no early stop on validation targets it trains on), the negatives' rules
+(`NegativeSampler.check`) and the dataset's (no more shared negatives than items), then the
+model entry's own: a model that reads each row as one user's whole sequence (`whole_rows`) takes
+no packed batches, and an entry's `validate` adds what only it knows (NCF scores (user, item)
+pairs, so it trains with a sampled loss per position). Every failure is one ConfigError line,
+so an invalid config leaves nothing on disk.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from seqrec.config import RunConfig, parse_duration
+from seqrec.config import validate as validate_ranges
+from seqrec.data.negatives import NegativeSampler
+from seqrec.errors import ConfigError
+from seqrec.evaluate import parse_protocols
+from seqrec.metrics import metric_names
+from seqrec.registry import entry
+
+if TYPE_CHECKING:
+    from seqrec.data.prepared import PreparedDataset
+
+__all__ = ["validate"]
+
+
+def validate(cfg: RunConfig, ds: PreparedDataset | None = None) -> RunConfig:
+    """`cfg` if a training of it on `ds` (when given: its dataset-dependent rules too) can
+    start; otherwise one ConfigError line naming the key and what was expected."""
+    validate_ranges(cfg)
+    model = entry(cfg.model)  # an unknown model is a ConfigError
+    _check_loop(cfg)
+    NegativeSampler.check(cfg)
+    t = cfg.train
+    if ds is not None and t.loss != "ce" and t.negatives_per == "batch":
+        uniform = t.negative_sampling != "popularity"
+        if uniform and t.n_negatives > ds.n_items:
+            raise ConfigError(
+                f"train.n_negatives = {t.n_negatives} shared negatives per batch, but the data "
+                f"has {ds.n_items} items"
+            )
+    if model.whole_rows and cfg.next_item.pack:
+        raise ConfigError(f"{cfg.model}: next_item.pack must be false (each row is one user's)")
+    if model.validate is not None:
+        model.validate(cfg, ds)
+    return cfg
+
+
+def _check_loop(cfg: RunConfig) -> None:
+    """What the training loop needs of `cfg.train`."""
+    t = cfg.train
+    parse_protocols(t.val_protocol)
+    names = metric_names(cfg.eval.ks)
+    if t.val_metric not in names:
+        raise ConfigError(f"train.val_metric {t.val_metric!r} is not one of {', '.join(names)}")
+    if t.time_budget:
+        parse_duration(t.time_budget)
+    if t.decay == "budget" and not t.time_budget:
+        raise ConfigError('train.decay = "budget" needs train.time_budget')
+    if not 0.0 <= t.decay_start < 1.0:
+        raise ConfigError(f"train.decay_start must be in [0, 1), got {t.decay_start}")
+    # train+valid: the validation targets are training targets, so nothing is validated and
+    # the last state is the tested one
+    if t.train_on != "train" and t.patience:
+        raise ConfigError(
+            f'train.train_on = "{t.train_on}" trains on the validation targets, so nothing can '
+            f"stop early on them: set train.patience = 0 (got {t.patience})"
+        )
