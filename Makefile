@@ -23,6 +23,8 @@ lint: $(VENV)/.installed
 	$(BIN)/mypy
 
 test: lint
+	@command -v chromium >/dev/null 2>&1 || apt-get install -y -q chromium >/dev/null 2>&1 \
+		|| echo "chromium could not be installed: the browser test of seqrec report is skipped"
 	$(BIN)/python -m pytest
 
 bench: $(VENV)/.installed

@@ -319,3 +319,56 @@ def test_a_validation_metric_of_a_train_plus_valid_run_is_a_one_line_error() -> 
     assert _value(metrics, "test.full.ndcg@10") == 0.25
     with pytest.raises(ConfigError, match="train_on = 'train\\+valid' has no valid metrics"):
         _value(metrics, "valid.full.ndcg@10")
+
+
+def test_a_grid_search_trains_every_combination_and_names_the_best_on_validation(
+    tiny_runs: dict[str, Path], tmp_path: Path
+) -> None:
+    body = (
+        'metric = "valid.full.ndcg@10"\ncolumns = ["test.full.ndcg@10"]\n'
+        '[grid]\n"train.lr" = [5e-3, 1e-4]\n"sasrec.d_model" = [8, 16]\n'
+    )
+    spec = load_spec(_spec(tmp_path, body, "grid"))
+    assert [p.label for p in spec.points] == [
+        "lr=0.005 d_model=8",
+        "lr=0.005 d_model=16",
+        "lr=0.0001 d_model=8",
+        "lr=0.0001 d_model=16",
+    ]
+    assert spec.points[1].overrides == ("train.lr=0.005", "sasrec.d_model=16")
+    small = dataclasses.replace(spec, points=spec.points[::3])  # two points: train them
+    path = run_experiment(small, str(tiny_runs["data"]), tmp_path / "runs", progress=False)
+    result = json.loads(path.read_text())
+    values = {r["label"]: r["value"] for r in result["runs"]}
+    best = max(values, key=lambda k: values[k])
+    assert result["best"] == {"search": {"label": best, "value": values[best]}}
+    assert f"search: {best} (" in path.with_suffix(".md").read_text()
+
+
+def test_a_random_search_draws_its_points_from_the_space_with_its_seed(
+    tiny_runs: dict[str, Path], tmp_path: Path
+) -> None:
+    body = (
+        'metric = "valid.full.ndcg@10"\n[random]\nn = 6\nseed = 3\n'
+        '[random.space]\n"train.lr" = {low = 1e-4, high = 1e-2, log = true}\n'
+        '"sasrec.n_layers" = [1, 2]\n'
+    )
+    spec = load_spec(_spec(tmp_path, body, "rand"))
+    again = load_spec(_spec(tmp_path, body, "rand"))
+    assert spec.points == again.points and len(spec.points) == 6
+    for i, point in enumerate(spec.points):
+        lr = float(point.overrides[0].removeprefix("train.lr="))
+        layers = int(point.overrides[1].removeprefix("sasrec.n_layers="))
+        assert 1e-4 <= lr <= 1e-2 and layers in (1, 2)
+        assert point.label.startswith(f"#{i + 1} lr=")
+    assert len({p.overrides for p in spec.points}) == 6  # drawn, not repeated
+    path = run_experiment(spec, str(tiny_runs["data"]), tmp_path / "runs", progress=False)
+    result = json.loads(path.read_text())
+    assert len(result["runs"]) == 6 and result["spec"]["metric"] == "valid.full.ndcg@10"
+    assert set(result["best"]) == {"search"}
+    with pytest.raises(ConfigError, match="a search selects on validation"):
+        load_spec(_spec(tmp_path, body.replace("valid.full", "test.full"), "on_test"))
+    with pytest.raises(ConfigError, match="a grid or a random search, not both"):
+        load_spec(_spec(tmp_path, body + '[grid]\n"train.lr" = [1e-3]\n', "both"))
+    with pytest.raises(ConfigError, match=r"\[random\] needs n >= 1"):
+        load_spec(_spec(tmp_path, "[random]\nn = 0\nspace = {}\n", "bad"))

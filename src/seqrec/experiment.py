@@ -25,6 +25,14 @@ A spec (TOML; a path or a shipped name from `seqrec/experiments/`):
     # [[points]]                     # ... or labelled points, each with its overrides
     # label = "1 mask"               # and, optionally, its own base config and budget
     # set = ["cloze.max_predictions=1"]
+    # [grid]                         # ... or a search: every combination of these values
+    # "train.lr" = [1e-3, 2e-3]      #     (points "lr=0.001 d_model=32", ...)
+    # "sasrec.d_model" = [32, 64]
+    # [random]                       # ... or n points drawn from a space (seeded)
+    # n = 8
+    # seed = 0
+    # space = {"train.lr" = {low = 1e-4, high = 1e-2, log = true}, "sasrec.n_layers" = [1, 2]}
+    # (a search chooses on validation: metric = "valid.full.ndcg@10", columns = test metrics)
     # columns = ["test.pop100.hr@10"]  # optional: more metrics in the table
     # paper_table = "bert4rec-table2-ml1m"   # optional: the paper's rows from seqrec.reference
     # plot = "bar"                   # optional: bars (default: a line over the points)
@@ -73,6 +81,8 @@ _KEYS = {
     "plot",
     "series",
     "set",
+    "grid",
+    "random",
 }
 _METRIC = r"(valid|test)\.\w+\.[\w@]+"
 
@@ -155,9 +165,14 @@ def load_spec(path: str | Path) -> ExperimentSpec:
     seeds = raw.get("seeds", [0])
     if not isinstance(seeds, list) or not seeds or not all(type(s) is int for s in seeds):
         raise ConfigError(f"{p}: seeds must be a non-empty list of integers")
-    metric = raw.get("metric", "test.full.ndcg@10")
+    metric = raw.get("metric", "valid.full.ndcg@10" if _is_search(raw) else "test.full.ndcg@10")
     if not isinstance(metric, str) or not re.fullmatch(_METRIC, metric):
         raise ConfigError(f"{p}: metric must look like 'test.full.ndcg@10'")
+    if _is_search(raw) and not metric.startswith("valid."):
+        raise ConfigError(
+            f"{p}: a search selects on validation: metric must be a valid.* metric (test "
+            f"metrics go in columns), got {metric!r}"
+        )
     columns = raw.get("columns", [])
     if not isinstance(columns, list) or not all(
         isinstance(c, str) and re.fullmatch(_METRIC, c) for c in columns
@@ -225,6 +240,8 @@ def _points(p: Path, raw: dict[str, Any]) -> list[Point]:
     spec's own `set` first so that a point's overrides win; labels checked distinct."""
     if "series" in raw:
         points = _series_points(p, raw)
+    elif "grid" in raw or "random" in raw:
+        points = _search_points(p, raw)
     elif "axis" in raw:
         axis = _need(p, raw, "axis", str)
         points = [
@@ -274,6 +291,79 @@ def _series_points(p: Path, raw: dict[str, Any]) -> list[Point]:
             sets = (*s_set, *(f"{k}={_toml_value(value)}" for k in keys))
             points.append(Point(f"{item['label']} {value}", sets, s_base, None, item["label"]))
     return points
+
+
+def _is_search(raw: dict[str, Any]) -> bool:
+    return "grid" in raw or "random" in raw
+
+
+def _search_points(p: Path, raw: dict[str, Any]) -> list[Point]:
+    """A grid (every combination of the values, in the keys' order) or a random search (`n`
+    points drawn with `seed` from `space`: a list is a choice, {low, high, log} a range; a
+    drawn number keeps 4 significant digits). One series, "search", so the results name the
+    best point."""
+    if "grid" in raw and "random" in raw:
+        raise ConfigError(f"{p}: give a grid or a random search, not both")
+    if "grid" in raw:
+        grid = raw["grid"]
+        if (
+            not isinstance(grid, dict)
+            or not grid
+            or not all(isinstance(v, list) and v for v in grid.values())
+        ):
+            raise ConfigError(f"{p}: [grid] maps keys to non-empty lists of values")
+        combos: list[dict[str, Any]] = [{}]
+        for key, values in grid.items():
+            combos = [{**c, key: v} for c in combos for v in values]
+    else:
+        combos = _random_combos(p, raw["random"])
+    points = []
+    for i, combo in enumerate(combos):
+        label = " ".join(f"{k.rsplit('.', 1)[-1]}={_short(v)}" for k, v in combo.items())
+        if "random" in raw:
+            label = f"#{i + 1} {label}"
+        sets = tuple(f"{k}={_toml_value(v)}" for k, v in combo.items())
+        points.append(Point(label, sets, None, None, "search"))
+    return points
+
+
+def _random_combos(p: Path, spec: Any) -> list[dict[str, Any]]:
+    import math
+
+    import numpy as np
+
+    space = spec.get("space") if isinstance(spec, dict) else None
+    n, seed = (spec.get("n"), spec.get("seed", 0)) if isinstance(spec, dict) else (None, None)
+    if not isinstance(space, dict) or not space or type(n) is not int or n < 1:
+        raise ConfigError(f"{p}: [random] needs n >= 1 and a space of keys")
+    if type(seed) is not int:
+        raise ConfigError(f"{p}: random.seed must be an integer")
+    rng = np.random.default_rng(seed)
+    combos = []
+    for _ in range(n):
+        combo: dict[str, Any] = {}
+        for key, dist in space.items():
+            if isinstance(dist, list) and dist:
+                combo[key] = dist[int(rng.integers(len(dist)))]
+            elif isinstance(dist, dict) and {"low", "high"} <= set(dist):
+                low, high = float(dist["low"]), float(dist["high"])
+                if not low < high or (dist.get("log") and low <= 0):
+                    raise ConfigError(f"{p}: random.space.{key}: need 0 < low < high for log")
+                if dist.get("log"):
+                    x = math.exp(rng.uniform(math.log(low), math.log(high)))
+                else:
+                    x = rng.uniform(low, high)
+                combo[key] = float(f"{x:.4g}")
+            else:
+                raise ConfigError(
+                    f"{p}: random.space.{key}: a list of choices or {{low, high, log}}"
+                )
+        combos.append(combo)
+    return combos
+
+
+def _short(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _listed_points(p: Path, raw: dict[str, Any]) -> list[Point]:

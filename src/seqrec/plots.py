@@ -13,7 +13,7 @@ from seqrec.errors import ConfigError
 from seqrec.provenance import atomic_write
 from seqrec.rundir import RunDir
 
-__all__ = ["plot_curves", "pyplot"]
+__all__ = ["curves_png", "plot_curves", "pyplot"]
 
 
 def pyplot() -> Any:
@@ -41,6 +41,13 @@ def validation_curve(run: RunDir) -> tuple[str, list[tuple[int, float, float]]]:
 
 def plot_curves(runs: Sequence[str | Path], out: Path, *, trust: bool = False) -> Path:
     """The validation curves of `runs` by epoch (left) and by minutes of training (right)."""
+    png = curves_png(runs, trust=trust)
+    atomic_write(out, lambda f: f.write(png))
+    return out
+
+
+def curves_png(runs: Sequence[str | Path], *, trust: bool = False) -> bytes:
+    """`plot_curves`' figure as PNG bytes."""
     curves = []
     for r in runs:
         run = RunDir(r, trust=trust)
@@ -67,5 +74,4 @@ def plot_curves(runs: Sequence[str | Path], out: Path, *, trust: bool = False) -
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    atomic_write(out, lambda f: f.write(buf.getvalue()))
-    return out
+    return buf.getvalue()

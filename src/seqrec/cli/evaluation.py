@@ -181,6 +181,19 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    """One self-contained HTML page of runs: curves, metrics, paired tests, recipe, provenance,
+    attention, top-10s."""
+    from seqrec.run_report import write_report
+
+    out = Path(args.out)
+    check_out_file(out, replace=args.force, inputs=args.runs)
+    if args.users < 0:
+        raise ConfigError(f"--users must be >= 0, got {args.users}")
+    print(f"-> {write_report(args.runs, out, users=args.users, trust=args.trust)}")
+    return 0
+
+
 def cmd_attention(args: argparse.Namespace) -> int:
     """BERT4Rec Figure 2: average attention heat-maps of the last positions, per layer and head."""
     import tempfile
@@ -277,3 +290,13 @@ def add_parsers(sub: Any) -> None:
         "--trust", action="store_true", help="read runs that have no manifest (sha256.json)"
     )
     p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("report", help="one self-contained HTML page of trained runs")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("--out", required=True, help="the HTML file, e.g. report.html")
+    p.add_argument("--users", type=int, default=3, help="users whose top-10 is listed (3)")
+    p.add_argument("--force", action="store_true", help="replace an existing --out file")
+    p.add_argument(
+        "--trust", action="store_true", help="read runs that have no manifest (sha256.json)"
+    )
+    p.set_defaults(func=cmd_report)
