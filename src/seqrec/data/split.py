@@ -84,11 +84,16 @@ class LeaveOneOut:
 
 
 def leave_one_out(seqs: Sequences) -> LeaveOneOut:
-    lengths = seqs.lengths
+    return _last_two_held_out(seqs, seqs.lengths >= 3)
+
+
+def _last_two_held_out(seqs: Sequences, is_evaluated: np.ndarray) -> LeaveOneOut:
+    """The parts of `seqs` where each evaluated user's last item is the test target and the
+    one before it the validation target; the others' items are all training data."""
     all_users = np.arange(seqs.n_users, dtype=np.int64)
-    evaluated = all_users[lengths >= 3]
+    evaluated = all_users[is_evaluated]
     last = seqs.offsets[evaluated + 1] - 1
-    train = seqs.take(all_users, drop_last=np.where(lengths >= 3, 2, 0))
+    train = seqs.take(all_users, drop_last=np.where(is_evaluated, 2, 0))
     valid = EvalSet(
         split="valid",
         users=evaluated,
@@ -153,24 +158,10 @@ def time_split(seqs: Sequences, before: np.ndarray) -> LeaveOneOut:
     after = lengths - before
     users = np.arange(seqs.n_users, dtype=np.int64)
     is_evaluated = (before >= 1) & (after >= 2)
-    evaluated = users[is_evaluated]
-    # every user's items before the cut, and an evaluated user's first two after it
+    # every user's items before the cut, and an evaluated user's first two after it: then the
+    # evaluated users' last two items are the held-out ones
     kept = seqs.take(users, drop_last=after - np.where(is_evaluated, 2, 0))
-    last = kept.offsets[evaluated + 1] - 1
-    train = kept.take(users, drop_last=np.where(is_evaluated, 2, 0))
-    valid = EvalSet(
-        split="valid",
-        users=evaluated,
-        histories=kept.take(evaluated, drop_last=2),
-        targets=kept.items[last - 1],
-    )
-    test = EvalSet(
-        split="test",
-        users=evaluated,
-        histories=kept.take(evaluated, drop_last=1),
-        targets=kept.items[last],
-    )
-    return LeaveOneOut(sequences=kept, train=train, valid=valid, test=test)
+    return _last_two_held_out(kept, is_evaluated)
 
 
 def time_split_counts(before: np.ndarray, lengths: np.ndarray, cut: int) -> TimeSplitCounts:
