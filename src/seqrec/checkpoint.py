@@ -94,7 +94,7 @@ def _check_state(state: Any, shaped: SequenceModel, where: Path) -> None:
 def load_run(
     run_dir: str | Path, device: str | torch.device = "cpu", *, trust: bool = False
 ) -> Run:
-    """The single load path: config + vocab + the best weights (model.pt, or the best state of
+    """The single load path: config + vocab + the best weights (the final ones, or the best state of
     an unfinished run's checkpoint), in eval mode. Every file is checked against the run's
     manifest first (`trust`: a run without one is loaded unchecked), the config's values against
     their ranges, the model's size against a bound and the weights' shapes against the config,

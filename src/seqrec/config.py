@@ -122,7 +122,7 @@ class TrainConfig:
     # Autocast the model's matmuls to bfloat16 (AMX tile units, GPU tensor cores). "auto": on a
     # GPU, or a CPU with AMX, time a few forward/backward passes both ways at the start and keep
     # the faster; fp32 on a CPU without matrix units (slower there at d <= 64,
-    # docs/results/performance.md). The choice is recorded in metrics.json ("precision").
+    # docs/results/performance.md). The choice is recorded in the run's metrics ("precision").
     bf16: bool | Literal["auto"] = False
     # Only the full-catalogue CE's two big matmuls in bfloat16 (the softmax stays fp32), the
     # model in fp32. Faster on some CPUs (AMD Zen 4: bf16 matmuls 2.3x fp32), slower on others
@@ -149,7 +149,7 @@ class ShortBudget:
     hand: timed when the run starts (`epochs_bought` in seqrec.train), so a slow machine and a
     fast one each get the settings their budget can use. Every tier that is due applies, in
     order. A key given explicitly with the config (`seqrec train --set`, a sweep's overrides)
-    wins over a tier's setting. A run's config.json holds the resolved config: the settings
+    wins over a tier's setting. A run's recorded config is the resolved one: the settings
     applied, `applied` true, and an epochs tier's measured `bought`, so nothing is decided
     twice (a resumed run keeps its first decision)."""
 
@@ -211,7 +211,7 @@ class RunConfig:
     model: str = "bert4rec"
     train: TrainConfig = field(default_factory=TrainConfig)
     short_budget: tuple[ShortBudget, ...] = ()  # tiers of settings for shorter budgets
-    # sizes fitted to the data when a run starts (`adapt_to_data`); config.json records the
+    # sizes fitted to the data when a run starts (`adapt_to_data`); the run's config records the
     # fitted values and an empty list
     adapt: tuple[Adaptable, ...] = ()
     # (section name, frozen dataclass) pairs in the registry's order; a missing section takes
@@ -261,7 +261,7 @@ class RunConfig:
         return dataclasses.replace(self, sections=sections)
 
     def to_dict(self) -> dict[str, Any]:
-        """The config as its TOML / config.json layout: data, eval, model, train, short_budget,
+        """The config as its TOML / run-directory layout: data, eval, model, train, short_budget,
         then each section at the top level ({"bert4rec": {...}, "cloze": {...}})."""
         out: dict[str, Any] = {
             "data": dataclasses.asdict(self.data),
@@ -597,7 +597,7 @@ def apply_short_budget(
         if bought is None:
             return None
         if not measured:
-            measured.append(float(f"{bought(cfg):.4g}"))  # as config.json records it
+            measured.append(float(f"{bought(cfg):.4g}"))  # as the run's config records it
         return measured[0] < tier.epochs, measured[0]
 
     return _applied(cfg, decide)
@@ -635,7 +635,7 @@ def adapt_to_data(
     cfg: RunConfig, lengths: typing.Sequence[int] | Any, n_items: int
 ) -> tuple[RunConfig, list[str]]:
     """`cfg` with the sizes its `adapt` list names fitted to a log whose users' training
-    histories have `lengths` over `n_items` items, `adapt` then empty (what config.json
+    histories have `lengths` over `n_items` items, `adapt` then empty (what the run's config
     records); and one phrase per fitted size. The recipe's value is the upper bound:
 
     - `max_len` (the model section's): the 95th percentile of the history lengths, rounded up
@@ -685,7 +685,7 @@ def as_trained(cfg: RunConfig, like: RunConfig | None = None) -> RunConfig:
     """The settings a run of `cfg` trains with: its short-budget settings applied where they
     apply, and the tiers then left out. Two configs that train the same model compare equal
     through it, so a finished run is reused. An epochs tier depends on the machine's speed:
-    with `like` (the config.json of a run that decided it) it is due where `like` applied a
+    with `like` (the recorded config of a run that decided it) it is due where `like` applied a
     tier of the same settings; else it is left out. Sizes fitted to the data (`adapt`) are
     `like`'s, or left as the recipe's without it."""
     if like is None:
@@ -727,7 +727,7 @@ def refit_config(cfg: RunConfig, best_epoch: int) -> RunConfig:
 
 # A key's valid range wherever it appears (any section): (low, high, low_open, high_open), None
 # for no bound. Checked by `validate` before a run writes anything and when a run directory's
-# config is read back, so that an edited config.json is one line, not a crash or an allocation.
+# config is read back, so that an edited run config is one line, not a crash or an allocation.
 _RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = {
     "d_model": (1, None, False, False),
     "n_heads": (1, None, False, False),

@@ -177,7 +177,7 @@ class Model:
 
     @property
     def metrics_(self) -> dict[str, Any] | None:
-        """metrics.json of the run: validation and test under every protocol."""
+        """The run's recorded metrics: validation and test under every protocol."""
         return RunDir(self.run_dir_).metrics() if self.run_dir_ else None
 
     # ------------------------------------------------------------------------ recommend

@@ -5,8 +5,9 @@
 
 The exported graph takes `histories`, (B, L) int64, left-padded with 0, most recent item last,
 1 <= L <= the model's max_len (a longer history: keep its last max_len items), and returns
-`scores`, (B, n_items + 1) float32, where column i scores the item `vocab.json["items"][i - 1]`
-and column 0 (padding) is -inf: exactly `model.score`, what evaluation ranks by.
+`scores`, (B, n_items + 1) float32, where column i scores the item
+`RunDir(run).vocab()["items"][i - 1]` and column 0 (padding) is -inf: exactly `model.score`,
+what evaluation ranks by.
 """
 
 from __future__ import annotations

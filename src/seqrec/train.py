@@ -371,13 +371,13 @@ def _fit(
         if run.finished:
             raise ConfigError(f"{run.path}: the run has already finished (its metrics are in)")
         cfg = run.config()  # the run goes on with the settings it started with
-    if cfg.adapt:  # the recipe's sizes fitted to this data (config.json records the values)
+    if cfg.adapt:  # the recipe's sizes fitted to this data (the run's config records the values)
         train = ds.split.training(cfg.train.train_on)
         cfg, fitted = adapt_to_data(cfg, train.lengths, ds.n_items)
         if progress:
             tqdm.write(f"sizes fitted to the data: {'; '.join(fitted)}", file=sys.stderr)
-    # what it trains, and what config.json records (an epochs tier times this machine first)
-    measuring = bool(speed_tiers(cfg))  # never for a resumed run: its config.json decided
+    # what it trains, and what the run's config records (an epochs tier times this machine first)
+    measuring = bool(speed_tiers(cfg))  # never for a resumed run: its recorded config decided
     cfg = validate(apply_short_budget(cfg, lambda base: epochs_bought(ds, base)), ds)
     if measuring and progress:
         tqdm.write(_decided(cfg), file=sys.stderr)
@@ -740,7 +740,7 @@ def _test(
     commit: str,
 ) -> dict[str, Any]:
     """The test split, once, with the state chosen on validation (train+valid: the last
-    state), and everything metrics.json records of the run."""
+    state), and everything the run's metrics record."""
     cfg, model = training.cfg, training.model
     t = cfg.train
     validating = t.train_on == "train"
