@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from seqrec.cli import main
+from seqrec.config import RunConfig, load_config
 from seqrec.data.download import DatasetSource
 from seqrec.data.synthetic import synthetic_interactions
 
@@ -195,14 +196,16 @@ def test_train_sasrec_with_each_loss_then_compare(
     for loss in ("bce", "ce"):
         run = tmp_path / f"sasrec-{loss}"
         argv = ["train", "sasrec", "--data", str(src), "--out", str(run), "--quiet", *tiny]
-        assert main([*argv, "train.max_epochs=2", "--set", f'train.loss="{loss}"']) == 0
+        recipe = ["--config", "ml-1m-sasrec"] if loss == "bce" else []  # else sasrec-ce
+        assert main([*argv, "train.max_epochs=2", *recipe]) == 0
         # the paper's SASRec is "sasrec"; with another loss it is labelled apart from the paper
         label = "sasrec" if loss == "bce" else "sasrec+ce"
         out = capsys.readouterr().out
         assert f"| {label} full |" in out and ("paper:" not in out or loss == "bce")
         cfg = json.loads((run / "config.json").read_text())
         assert cfg["model"] == "sasrec" and cfg["train"]["loss"] == loss
-        assert cfg["train"]["lr"] == 1e-3 and cfg["train"]["beta2"] == 0.98  # SASRec's recipe
+        lr, beta2 = (1e-3, 0.98) if loss == "bce" else (8e-3, 0.999)  # each recipe's
+        assert (cfg["train"]["lr"], cfg["train"]["beta2"]) == (lr, beta2)
         runs.append(str(run))
     assert main(["compare", *runs, "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
@@ -235,7 +238,6 @@ def test_train_says_in_one_line_what_a_short_budget_changes(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from seqrec.cli import _say_short_budget
-    from seqrec.config import RunConfig, load_config
 
     _say_short_budget(load_config(RunConfig, "ml-1m-bert4rec", ['train.time_budget="5m"']))
     assert capsys.readouterr().out == (
@@ -261,14 +263,20 @@ def test_train_says_in_one_line_what_a_short_budget_changes(
     assert capsys.readouterr().out == ""
 
 
-def test_sasrec_without_a_config_starts_from_full_cross_entropy(
+def test_sasrec_without_a_config_starts_from_the_sasrec_ce_recipe(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     src = _log(tmp_path)
     tiny = ["--set", "sasrec.max_len=8", "--set", "sasrec.d_model=8", "--set", "train.max_epochs=1"]
     base = ["train", "sasrec", "--data", str(src), "--quiet", *tiny]
     assert main([*base, "--out", str(tmp_path / "ce")]) == 0
-    assert "full cross-entropy (SASRec+CE)" in capsys.readouterr().out
-    assert json.loads((tmp_path / "ce" / "config.json").read_text())["train"]["loss"] == "ce"
+    assert "the sasrec-ce recipe" in capsys.readouterr().out
+    got = json.loads((tmp_path / "ce" / "config.json").read_text())
+    recipe = load_config(RunConfig, "sasrec-ce")
+    assert got["train"]["loss"] == "ce"
+    # the recipe's schedule and sizes, the explicit --set values winning
+    assert (got["train"]["lr"], got["train"]["decay"]) == (recipe.train.lr, "budget")
+    assert (got["sasrec"]["max_len"], got["sasrec"]["d_model"]) == (8, 8)
+    assert recipe.train.lr != load_config(RunConfig, None, ['model="sasrec"']).train.lr
     assert main([*base, "--out", str(tmp_path / "bce"), "--set", 'train.loss="bce"']) == 0
     assert json.loads((tmp_path / "bce" / "config.json").read_text())["train"]["loss"] == "bce"

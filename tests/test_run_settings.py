@@ -1,6 +1,6 @@
 """A run carries its data settings: a run trained from Python on a Parquet file with its own
-column names is evaluated, refit and asked for a user's top-k by the CLI on that file with no
-column flags; flags that would change a run's settings are an error, not ignored."""
+column names is evaluated, refit, asked for a user's top-k and served by the CLI on that file
+with no column flags; flags that would change a run's settings are an error, not ignored."""
 
 from __future__ import annotations
 
@@ -116,3 +116,46 @@ def test_a_log_without_times_or_with_its_own_columns_from_the_cli(
     assert json.loads(capsys.readouterr().out)["users"] == 40
     assert main([*argv, "--item-col", "what"]) == 2  # its default time column is not there
     assert "missing column(s) timestamp" in capsys.readouterr().err
+
+
+def test_seqrec_serve_on_the_run_answers_for_a_known_user_of_that_file(
+    own_run: tuple[Path, Path, Path],
+) -> None:
+    """`seqrec serve RUN` with no flags: a user of the Parquet log, asked for by id, gets the
+    same top-k as `recommend --user` (their history comes with the run, not a flag)."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    pytest.importorskip("uvicorn")
+    from seqrec.recommender import Recommender
+
+    log, _, run = own_run
+    user = str(pl.read_parquet(log)["uid"][0])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    cmd = [sys.executable, "-m", "seqrec", "serve", str(run), "--port", str(port)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):  # until /ready answers (the interpreter and torch start first)
+            try:
+                urllib.request.urlopen(url + "/ready", timeout=1)
+                break
+            except OSError:
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+                time.sleep(0.05)
+        body = json.dumps({"user": user, "k": 5}).encode()
+        req = urllib.request.Request(
+            url + "/recommend", data=body, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(req, timeout=10) as r:
+            got = json.loads(r.read())
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    want = Recommender.from_run(run).recommend_user(user, k=5)
+    assert [x["item"] for x in got["items"]] == [item for item, _ in want]

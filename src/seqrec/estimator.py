@@ -279,20 +279,20 @@ class Model:
 
 
 class SASRec(Model):
-    """SASRec (Kang & McAuley 2018); trained with cross-entropy over the catalogue unless
-    `loss` says otherwise (the paper's BCE: `loss="bce"`)."""
+    """SASRec (Kang & McAuley 2018), from the `sasrec-ce` recipe: cross-entropy over the
+    catalogue, a schedule fitted to the time budget, history length and batch fitted to the
+    data. `config="ml-1m-sasrec"` (or `loss="bce"`) for the paper's BCE; `config=None` for the
+    model's bare defaults."""
 
     def __init__(
         self,
         *,
-        config: str | None = None,
+        config: str | None = "sasrec-ce",
         time_budget: str | None = None,
         set: Sequence[str] = (),
-        loss: str = "ce",
         **params: Any,
     ) -> None:
         super().__init__("sasrec", config=config, time_budget=time_budget, set=set, **params)
-        self.params["loss"] = loss
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         params = super().get_params(deep)

@@ -31,6 +31,7 @@ from seqrec.train import check_run_out, fit
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    notice = None
     if args.resume:
         # the run goes on with the config it was started with; the data must be the same
         cfg = RunDir(args.out).config()
@@ -38,19 +39,16 @@ def cmd_train(args: argparse.Namespace) -> int:
         extra = [f"model={json.dumps(args.model)}"]
         if args.time_budget:
             extra.append(f"train.time_budget={json.dumps(args.time_budget)}")
-        first = []
         if args.model == "sasrec" and not args.config:
-            # the start for a new log: full cross-entropy (SASRec+CE), far above the paper's
-            # BCE with one negative on every dataset measured (docs/results/sasrec.md); --set wins
-            first.append('train.loss="ce"')
-        args.set = [*first, *(args.set or []), *extra]
+            # the start for a new log: the sasrec-ce recipe (full cross-entropy), far above the
+            # paper's BCE with one negative on every dataset measured (docs/results/sasrec.md)
+            args.config = "sasrec-ce"
+            notice = (
+                "sasrec: the sasrec-ce recipe (full cross-entropy, schedule fitted to the "
+                "budget); --config ml-1m-sasrec for the paper's recipe"
+            )
+        args.set = [*(args.set or []), *extra]
         cfg = _run_config(args)
-    notice = None
-    if not args.resume and args.model == "sasrec" and not args.config and cfg.train.loss == "ce":
-        notice = (
-            'sasrec: trained with full cross-entropy (SASRec+CE); --set train.loss="bce" or '
-            "--config ml-1m-sasrec for the paper's recipe"
-        )
     _say_short_budget(cfg)
     return _train(
         args, cfg, args.data, source={"data": args.data}, inputs=[args.data], notice=notice
