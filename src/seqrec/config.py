@@ -137,6 +137,10 @@ class TrainConfig:
     # warm-up and decay). It must hold the same model settings and the same items. None = the
     # initialisation of the model config.
     init_from: str | None = None
+    # TensorBoard event files in the run's tensorboard/ folder (loss, learning rate, sequences/s
+    # and the validation metric by epoch), beside log.jsonl and log.csv, which are always
+    # written. Needs the `tensorboard` extra.
+    tensorboard: bool = False
 
 
 @dataclass(frozen=True)

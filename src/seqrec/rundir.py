@@ -12,6 +12,7 @@ files: no other module opens one by name. (seqrec.checkpoint builds a model from
                     machine, seed
     log.jsonl       one line per epoch: loss, learning rate, sequences/s, validation metric
     log.csv         the same, a row per epoch (for spreadsheets and plotting tools)
+    tensorboard/    with train.tensorboard: the same scalars as TensorBoard event files
     code.diff       only when the run started from a checkout with uncommitted changes: that
                     change, so the run's numbers can be traced to its exact code
     sha256.json     the manifest: the sha256 of every file a loader reads (config, vocab,
@@ -67,6 +68,7 @@ METRICS, LOG, LOG_CSV, CODE_DIFF, DIGESTS, LOCK = (
     "sha256.json",
     ".lock",
 )
+EVENTS = "tensorboard"  # a folder: TensorBoard's event files (train.tensorboard)
 PENDING = ".pending"  # in the manifest: the digests of files being put in place (_commit)
 RUN_MARKER = CONFIG  # the file that makes a directory a run's
 # what commands on a run write into it as outputs: seqrec's own, replaced freely
@@ -74,6 +76,7 @@ RUN_OUTPUTS = frozenset({"attention.png", "attention.json", "model.onnx", "model
 # everything seqrec writes into a run directory (seqrec.outputs tells a run from a user's folder)
 RUN_FILES = frozenset(
     {CONFIG, VOCAB, CHECKPOINT, PREVIOUS, WEIGHTS, METRICS, LOG, LOG_CSV, CODE_DIFF, DIGESTS, LOCK}
+    | {EVENTS}
     | RUN_OUTPUTS
 )
 
@@ -154,6 +157,11 @@ class RunDir:
         buf = io.BytesIO()
         pl.from_dicts(list(history), infer_schema_length=None).write_csv(buf)
         atomic_write(self.path / LOG_CSV, lambda f: f.write(buf.getvalue()))
+
+    def event_log(self) -> EventLog:
+        """TensorBoard's writer for this run's tensorboard/ folder (a new events file per
+        process: a resumed run adds one)."""
+        return EventLog(self.path / EVENTS)
 
     def _write_json(self, name: str, obj: Any) -> None:
         data = (json.dumps(obj, indent=2) + "\n").encode()
@@ -410,6 +418,29 @@ class RunDir:
             hidden = p.name.startswith(".") and p.name != LOCK
             if hidden and any(p.name.lstrip(".").startswith(f"{n}.") for n in names):
                 p.unlink(missing_ok=True)
+
+
+class EventLog:
+    """A run's epochs as TensorBoard scalars: `train/<key>` for the training numbers of a log
+    line (loss, lr, seq_per_s, ...), `valid/<protocol>_<metric>` for the validation metric,
+    each at the epoch's number. Flushed every epoch, so TensorBoard shows a run as it trains."""
+
+    def __init__(self, folder: Path) -> None:
+        from torch.utils.tensorboard import SummaryWriter  # the tensorboard extra
+
+        self._writer = SummaryWriter(log_dir=str(folder))
+
+    def add(self, line: dict[str, Any]) -> None:
+        epoch = int(line["epoch"])
+        for key, value in line.items():
+            if key == "epoch" or isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            tag = f"valid/{key[6:]}" if key.startswith("valid_") else f"train/{key}"
+            self._writer.add_scalar(tag, value, epoch)
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
 
 
 def _digest_map(data: Any) -> bool:

@@ -552,52 +552,59 @@ def _train(
     bar = _bar(cfg, budget, total_steps, loop, progress)
     loop.started = started = time.perf_counter() - loop.elapsed
     model.train()
-    for epoch in range(loop.start_epoch, t.max_epochs):
-        torch.manual_seed(int(np.random.SeedSequence([t.seed, epoch]).generate_state(1)[0]))
-        epoch_start, cpu_start = time.perf_counter(), time.process_time()
-        e = _updates(training, run, loop, epoch, bar, set_lr, started, budget, total_steps)
-        loss_sum, n_batches, n_seq, lr, out_of_time = e
-        seconds = time.perf_counter() - epoch_start
-        cpu_seconds = time.process_time() - cpu_start
-        if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
-            bar.close()  # nothing of this epoch is kept: no checkpoint, no best state
-            raise TrainingError(
-                f"{run.path}: the model's weights are not finite after epoch {epoch}; "
-                f"training stopped, the checkpoint of the last finished epoch is kept"
+    events = run.event_log() if t.tensorboard else None
+    try:
+        for epoch in range(loop.start_epoch, t.max_epochs):
+            torch.manual_seed(int(np.random.SeedSequence([t.seed, epoch]).generate_state(1)[0]))
+            epoch_start, cpu_start = time.perf_counter(), time.process_time()
+            e = _updates(training, run, loop, epoch, bar, set_lr, started, budget, total_steps)
+            loss_sum, n_batches, n_seq, lr, out_of_time = e
+            seconds = time.perf_counter() - epoch_start
+            cpu_seconds = time.process_time() - cpu_start
+            if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+                bar.close()  # nothing of this epoch is kept: no checkpoint, no best state
+                raise TrainingError(
+                    f"{run.path}: the model's weights are not finite after epoch {epoch}; "
+                    f"training stopped, the checkpoint of the last finished epoch is kept"
+                )
+            line: dict[str, Any] = {
+                "epoch": epoch,
+                "step": loop.step,
+                "loss": loss_sum / max(1, n_batches),
+                "lr": lr,
+                "sequences": n_seq,
+                "seq_per_s": n_seq / max(seconds, 1e-9),
+                "epoch_s": seconds,
+                # CPU seconds of this process per wall second per thread: ~1 when the run had the
+                # cores to itself, well below when another job shared them (its timing is then low)
+                "cpu_util": cpu_seconds / max(seconds * torch.get_num_threads(), 1e-9),
+            }
+            last = epoch == t.max_epochs - 1 or loop.step >= total_steps
+            if validating and ((epoch + 1) % t.eval_every == 0 or last or out_of_time):
+                # of a finite state (checked above): never a diverged one
+                value = _validate(training, ds, device)
+                line[f"valid_{val_protocol}_{t.val_metric}"] = value
+                loop.record(value, epoch, model)
+            loop.elapsed = time.perf_counter() - started
+            line["elapsed_s"] = loop.elapsed
+            loop.history.append(line)
+            bar.report(
+                epoch=epoch,
+                loss=f"{line['loss']:.3f}",
+                val=f"{loop.best['metric']:.4f}" if loop.best["epoch"] >= 0 else "-",
+                seq_s=f"{line['seq_per_s']:.0f}",
             )
-        line: dict[str, Any] = {
-            "epoch": epoch,
-            "step": loop.step,
-            "loss": loss_sum / max(1, n_batches),
-            "lr": lr,
-            "sequences": n_seq,
-            "seq_per_s": n_seq / max(seconds, 1e-9),
-            "epoch_s": seconds,
-            # CPU seconds of this process per wall second per thread: ~1 when the run had the
-            # cores to itself, well below when another job shared them (its timing is then low)
-            "cpu_util": cpu_seconds / max(seconds * torch.get_num_threads(), 1e-9),
-        }
-        last = epoch == t.max_epochs - 1 or loop.step >= total_steps
-        if validating and ((epoch + 1) % t.eval_every == 0 or last or out_of_time):
-            # of a finite state (checked above): never a diverged one
-            value = _validate(training, ds, device)
-            line[f"valid_{val_protocol}_{t.val_metric}"] = value
-            loop.record(value, epoch, model)
-        loop.elapsed = time.perf_counter() - started
-        line["elapsed_s"] = loop.elapsed
-        loop.history.append(line)
-        bar.report(
-            epoch=epoch,
-            loss=f"{line['loss']:.3f}",
-            val=f"{loop.best['metric']:.4f}" if loop.best["epoch"] >= 0 else "-",
-            seq_s=f"{line['seq_per_s']:.0f}",
-        )
-        run.write_log(loop.history)
-        run.save_checkpoint(loop.checkpoint(training, epoch, commit, training.precision))
-        reason = _stop_reason(t, loop, total_steps, out_of_time)
-        if reason:
-            stopped = reason
-            break
+            run.write_log(loop.history)
+            if events is not None:
+                events.add(line)
+            run.save_checkpoint(loop.checkpoint(training, epoch, commit, training.precision))
+            reason = _stop_reason(t, loop, total_steps, out_of_time)
+            if reason:
+                stopped = reason
+                break
+    finally:
+        if events is not None:
+            events.close()
     bar.note(
         f"stopped ({stopped}) after {len(loop.history)} epochs; evaluating epoch "
         f"{loop.best['epoch'] if validating else len(loop.history) - 1} on "

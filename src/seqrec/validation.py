@@ -12,6 +12,7 @@ so an invalid config leaves nothing on disk.
 
 from __future__ import annotations
 
+import importlib.util
 from typing import TYPE_CHECKING
 
 from seqrec.config import RunConfig, parse_duration
@@ -59,6 +60,11 @@ def _check_loop(cfg: RunConfig) -> None:
         raise ConfigError(f"train.val_metric {t.val_metric!r} is not one of {', '.join(names)}")
     if t.time_budget:
         parse_duration(t.time_budget)
+    if t.tensorboard and importlib.util.find_spec("tensorboard") is None:
+        raise ConfigError(
+            "train.tensorboard = true needs the tensorboard package: "
+            "pip install 'seqrec[tensorboard]'"
+        )
     if t.decay == "budget" and not t.time_budget:
         raise ConfigError('train.decay = "budget" needs train.time_budget')
     if not 0.0 <= t.decay_start < 1.0:
