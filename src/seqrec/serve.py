@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
+import torch
+
 from seqrec.errors import ConfigError
 from seqrec.recommender import Recommender, UnknownItemsError
 
@@ -67,6 +69,15 @@ class ServeOptions:
     header_timeout: float = 10.0
     keep_alive: float = 5.0
     max_requests: int = 1000
+    # dynamic micro-batching (seqrec.batching): one-history requests queued while the model is
+    # busy, or within `batch_wait` seconds, are scored together, at most `micro_batch` at once
+    # (1: each alone); more than `max_queue` waiting are refused with 503
+    micro_batch: int = 64
+    batch_wait: float = 0.001
+    max_queue: int = 512
+    # torch's intra-op threads for scoring in each worker (0: torch's default, one per core);
+    # 1 leaves a core to the event loop, the better split on a small machine (docs/deploy.md)
+    threads: int = 0
 
 
 _OPEN = ("/health", "/ready")  # answered without a token: what probes call
@@ -316,8 +327,12 @@ def _install_handlers(app: Any, opts: ServeOptions) -> None:
 
 
 def _recommend_routes(app: Any, rec: Recommender, opts: ServeOptions, schemas: Any) -> None:
-    """POST /recommend (one history, or a known user by id) and POST /recommend/batch."""
+    """POST /recommend (one history, or a known user by id; micro-batched) and POST
+    /recommend/batch."""
     import fastapi
+    from fastapi.responses import JSONResponse
+
+    from seqrec.batching import MicroBatcher, Overloaded
 
     def check_length(history: list[Any]) -> None:
         if len(history) > opts.max_history:
@@ -342,7 +357,17 @@ def _recommend_routes(app: Any, rec: Recommender, opts: ServeOptions, schemas: A
             out.append(row)
         return out
 
-    def recommend(req: Any) -> dict[str, Any]:
+    batcher = MicroBatcher(
+        lambda histories, k, exclude_seen, users: rec.recommend_encoded(
+            histories, k, exclude_seen, users=users
+        ),
+        max_size=opts.micro_batch,
+        wait=opts.batch_wait,
+        max_queue=opts.max_queue,
+    )
+    app.router.on_shutdown.append(batcher.close)
+
+    async def recommend(req: Any) -> Any:
         row = None if req.user is None else rec.user_index(req.user)
         if req.history is not None:
             check_length(req.history)
@@ -354,35 +379,47 @@ def _recommend_routes(app: Any, rec: Recommender, opts: ServeOptions, schemas: A
             raise fastapi.HTTPException(
                 422, "give a history, or the id of a user of the training data as user"
             )
+        deadline = _DEADLINE.get()
         try:
-            (recs,) = rec.recommend_encoded(
-                [ids],
-                req.k,
-                req.exclude_seen,
-                candidates=req.candidates,
-                users=None if row is None else [row],
-                deadline=_DEADLINE.get(),
-            )
+            if req.candidates is None:  # the common request: batched with the others waiting
+                user = -1 if row is None else row
+                recs = await batcher.recommend(ids, req.k, req.exclude_seen, user, deadline)
+            else:
+                (recs,) = await batcher.run(
+                    lambda: rec.recommend_encoded(
+                        [ids],
+                        req.k,
+                        req.exclude_seen,
+                        candidates=req.candidates,
+                        users=None if row is None else [row],
+                        deadline=deadline,
+                    )
+                )
         except UnknownItemsError as e:  # among the candidates
             raise fastapi.HTTPException(422, f"candidates: {e}") from None
+        except Overloaded as e:
+            raise fastapi.HTTPException(503, f"busy: {e}; retry shortly") from None
         out: dict[str, Any] = {"items": items(recs), "dropped": dropped}
         if req.user is not None:
             out["user_known"] = row is not None
-        return out
+        # the answer is built to the response model's shape here; FastAPI's second validation
+        # of it would cost more than scoring (the model stays declared for the OpenAPI schema)
+        return JSONResponse(out)
 
-    def recommend_batch(req: Any) -> dict[str, Any]:
+    async def recommend_batch(req: Any) -> Any:
         for h in req.histories:
             check_length(h)
         encoded = [encode(h) for h in req.histories]
-        recs = rec.recommend_encoded(
-            [e.ids for e in encoded], req.k, req.exclude_seen, deadline=_DEADLINE.get()
+        deadline = _DEADLINE.get()
+        recs = await batcher.run(
+            lambda: rec.recommend_encoded(
+                [e.ids for e in encoded], req.k, req.exclude_seen, deadline=deadline
+            )
         )
-        return {
-            "results": [
-                {"items": items(r), "dropped": e.unknown}
-                for r, e in zip(recs, encoded, strict=True)
-            ]
-        }
+        results = [
+            {"items": items(r), "dropped": e.unknown} for r, e in zip(recs, encoded, strict=True)
+        ]
+        return JSONResponse({"results": results})
 
     # the request bodies are models built for this app (their limits are the catalogue's and the
     # options'): given to FastAPI as the parameters' annotations before the routes are added
@@ -410,7 +447,14 @@ def app_from_env() -> Any:
     raw["cors_origins"] = tuple(raw.get("cors_origins", ()))
     options = ServeOptions(**raw)
     _set_connection_limits(options)
+    _set_threads(options)
     return create_app(rec, options)
+
+
+def _set_threads(options: ServeOptions) -> None:
+    """The serving process's torch threads (its own process: set for good)."""
+    if options.threads:
+        torch.set_num_threads(options.threads)
 
 
 def _set_connection_limits(options: ServeOptions) -> None:
@@ -469,10 +513,11 @@ def serve(
     trust: bool = False,
     insecure: bool = False,
     device: str = "cpu",
+    access_log: bool = True,
 ) -> None:
     """Load the run once (per worker process) and serve it until interrupted (SIGINT/SIGTERM:
     in-flight requests finish first) on `device`. A `host` other than the loopback needs a
-    token in `options` unless `insecure`."""
+    token in `options` unless `insecure`. `access_log`: a line per request (uvicorn's)."""
     _, _, uvicorn = _imports()
     from seqrec.http_guard import GuardedH11Protocol
 
@@ -491,6 +536,7 @@ def serve(
             port=port,
             workers=workers,
             log_level=log_level,
+            access_log=access_log,
             http=GuardedH11Protocol,
             timeout_keep_alive=options.keep_alive,
         )
@@ -501,7 +547,13 @@ def serve(
         trust=trust,
         device=device,
     )
+    _set_threads(options)
     config = server_config(
-        create_app(rec, options), options, host=host, port=port, log_level=log_level
+        create_app(rec, options),
+        options,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=access_log,
     )
     uvicorn.Server(config).run()

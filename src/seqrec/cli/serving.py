@@ -85,12 +85,17 @@ def cmd_recommend(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from seqrec.serve import ServeOptions, serve
 
-    for flag in ("max_connections", "max_requests_per_connection", "max_history", "max_batch"):
+    flags = ("max_connections", "max_requests_per_connection", "max_history", "max_batch")
+    for flag in (*flags, "micro_batch", "max_queue"):
         if getattr(args, flag) < 1:
             raise ConfigError(f"--{flag.replace('_', '-')}: expected >= 1")
     for flag in ("header_timeout", "keep_alive", "timeout"):
         if not getattr(args, flag) > 0:
             raise ConfigError(f"--{flag.replace('_', '-')}: expected a positive number of seconds")
+    if args.threads < 0:
+        raise ConfigError("--threads: expected >= 0 (0: torch's default)")
+    if not args.batch_wait_ms >= 0:
+        raise ConfigError("--batch-wait-ms: expected a number of milliseconds >= 0")
 
     api_key = None
     if args.api_key_env:
@@ -108,6 +113,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         header_timeout=args.header_timeout,
         keep_alive=args.keep_alive,
         max_requests=args.max_requests_per_connection,
+        micro_batch=args.micro_batch,
+        batch_wait=args.batch_wait_ms / 1000,
+        max_queue=args.max_queue,
+        threads=args.threads,
     )
     serve(
         args.run,
@@ -119,6 +128,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         trust=args.trust,
         insecure=args.insecure,
         device=str(resolve_device(args.device)),
+        access_log=not args.no_access_log,
     )
     return 0
 
@@ -181,6 +191,28 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--max-requests-per-connection", type=int, default=1000, help="then it is closed (1000)"
     )
+    p.add_argument(
+        "--micro-batch",
+        type=int,
+        default=64,
+        help="one-history requests scored together at most (64; 1: each alone)",
+    )
+    p.add_argument(
+        "--batch-wait-ms",
+        type=float,
+        default=1.0,
+        help="how long a request waits for others to join its batch (1 ms)",
+    )
+    p.add_argument(
+        "--max-queue", type=int, default=512, help="requests waiting to be scored; more: 503"
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch threads for scoring, per worker (0: one per core; 1 suits 2 cores)",
+    )
+    p.add_argument("--no-access-log", action="store_true", help="no log line per request (faster)")
     p.add_argument(
         "--insecure",
         action="store_true",
