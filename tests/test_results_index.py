@@ -86,6 +86,18 @@ def test_one_schema_for_every_writer(tmp_path: Path) -> None:
         write_results(tmp_path / "p", {"machine": 1}, "# p", seeds={})
 
 
+def test_the_recorded_command_runs_again_as_it_was_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shlex
+    import sys
+
+    argv = ["bench.py", "--serve", "--threads 1", "--serve", "", "--name", "it's"]
+    monkeypatch.setattr(sys, "argv", argv)
+    json_path, _ = write_results(tmp_path / "area" / "probe", {}, "# probe", seeds={})
+    assert shlex.split(json.loads(json_path.read_text())["command"])[1:] == argv  # quoted
+
+
 def test_an_experiment_writes_the_same_schema(tiny_runs: dict[str, Path], tmp_path: Path) -> None:
     from seqrec.experiment import load_spec, run_experiment
 

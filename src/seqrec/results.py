@@ -12,6 +12,7 @@ text, then one line each for the command, commit, date, machine, seeds and runs.
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -72,7 +73,7 @@ def write_results(
     what produced it (default: this process's command line)."""
     commit = git_commit()
     meta: dict[str, Any] = {
-        "command": command or " ".join([Path(sys.executable).name, *sys.argv]),
+        "command": command or shlex.join([Path(sys.executable).name, *sys.argv]),
         "git_commit": commit,
         "evaluated_at": {
             "commit": commit.removesuffix("-dirty"),
