@@ -2,16 +2,18 @@
 from C concurrent clients, each a real history of the run's data; throughput, p50/p99 latency,
 errors), and the library's batch scoring (histories/s) and one-history latency.
 
-    python benchmarks/serve_load.py RUN_DIR [--requests 5000] [--clients 8] [--k 10]
-        [--workers 1] [--min-seconds 0] [--name serve_load] [--new-connections]
-        [--serve 'SEQREC SERVE FLAGS' ...]
+    python benchmarks/serve_load.py RUN_DIR [--clients 8] [--k 10] [--workers 1]
+        [--client wrk|python] [--seconds 10] [--requests 5000] [--min-seconds 0]
+        [--name serve_load] [--new-connections] [--serve 'SEQREC SERVE FLAGS' ...]
 
 The server is started as a separate process (`seqrec serve`) on 127.0.0.1, once per `--serve`
 setting (the same requests each time, so settings compare within one run), and stopped after
-its load. Each client thread keeps one connection open (`--new-connections`: a new one per
-request). A soak: `--requests 20000 --name serve_soak` keeps sending until both the count and
-`--min-seconds` are reached, and records the server's resident memory (RSS, from /proc) after
-the warm-up and at the end.
+its load. The load: `--clients` concurrent clients, each sending its next request when its last
+is answered, over a connection it keeps open; wrk (`apt install wrk`, a load generator in C,
+for `--seconds`) when it is installed, else threads of this process (`--requests`;
+`--new-connections`: a new connection per request). The server's resident memory (RSS, from
+/proc) is read after the warm-up and at the end: a soak is a long run (`--seconds 60 --name
+serve_soak`).
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ import argparse
 import http.client
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -107,6 +111,25 @@ def _post_keep_alive(port: int, body: dict) -> tuple[int, float]:
     return -1, time.perf_counter() - start
 
 
+# wrk's script: every request the next of the benchmark's bodies (one JSON body a line)
+WRK_SCRIPT = """
+local bodies = {}
+for line in io.lines(os.getenv("SEQREC_BODIES")) do bodies[#bodies + 1] = line end
+local i = 0
+local headers = {["Content-Type"] = "application/json"}
+request = function()
+  i = i % #bodies + 1
+  return wrk.format("POST", "/recommend", headers, bodies[i])
+end
+done = function(summary, latency, requests)
+  io.write(string.format("SEQREC %d %d %d %d %f %f\\n", summary.requests,
+    summary.errors.connect + summary.errors.read + summary.errors.write
+      + summary.errors.timeout, summary.errors.status, summary.duration,
+    latency:percentile(50), latency:percentile(99)))
+end
+"""
+
+
 def _load(args: argparse.Namespace, flags: list[str], bodies: list[dict]) -> dict:
     """`seqrec serve RUN flags` in its own process under the load: its figures."""
     port = _free_port()
@@ -114,12 +137,6 @@ def _load(args: argparse.Namespace, flags: list[str], bodies: list[dict]) -> dic
     cmd = [str(seqrec), "serve", args.run, "--port", str(port), "--workers", str(args.workers)]
     cmd += ["--no-access-log", *flags]
     base = f"http://127.0.0.1:{port}"
-
-    def post(body: dict) -> tuple[int, float]:
-        if args.new_connections:
-            return _post(base + "/recommend", body)
-        return _post_keep_alive(port, body)
-
     server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         for _ in range(600):
@@ -129,36 +146,81 @@ def _load(args: argparse.Namespace, flags: list[str], bodies: list[dict]) -> dic
             except OSError:
                 time.sleep(0.1)
         for b in bodies[:50]:  # warm-up
-            post(b)
+            _post(base + "/recommend", b)
+        drive = _drive_wrk if args.client == "wrk" else _drive_python
         rss_start = _rss_mib(server.pid)
-        start = time.perf_counter()
-        results: list[tuple[int, float]] = []
-        with ThreadPoolExecutor(args.clients) as pool:
-            while len(results) < args.requests or time.perf_counter() - start < args.min_seconds:
-                results += pool.map(post, bodies)
-            wall = time.perf_counter() - start
-            rss_end = _rss_mib(server.pid)
-            # each client thread's connection closes with it
-            list(pool.map(lambda _: _close_connection(), range(args.clients)))
+        http = drive(args, port, bodies)
+        rss_end = _rss_mib(server.pid)
     finally:
         server.terminate()
         server.wait(timeout=30)
-    statuses = np.array([s for s, _ in results])
-    lat = np.array([t for _, t in results]) * 1000
     return {
         "serve_flags": " ".join(flags),
-        "requests": len(results),
+        **http,
         "rss_start_mib": rss_start,
         "rss_end_mib": rss_end,
         "rss_growth": (rss_end / rss_start - 1) if rss_start and rss_end else None,
         "clients": args.clients,
+        "client": args.client,
         "connections": "new" if args.new_connections else "keep-alive",
         "server_workers": args.workers,
+    }
+
+
+def _drive_python(args: argparse.Namespace, port: int, bodies: list[dict]) -> dict:
+    """Client threads of this process, each one request at a time, until `--requests` (and
+    `--min-seconds`) are reached."""
+
+    def post(body: dict) -> tuple[int, float]:
+        if args.new_connections:
+            return _post(f"http://127.0.0.1:{port}/recommend", body)
+        return _post_keep_alive(port, body)
+
+    start = time.perf_counter()
+    results: list[tuple[int, float]] = []
+    with ThreadPoolExecutor(args.clients) as pool:
+        while len(results) < args.requests or time.perf_counter() - start < args.min_seconds:
+            results += pool.map(post, bodies)
+        wall = time.perf_counter() - start
+        list(pool.map(lambda _: _close_connection(), range(args.clients)))
+    statuses = np.array([s for s, _ in results])
+    lat = np.array([t for _, t in results]) * 1000
+    return {
+        "requests": len(results),
         "errors": int((statuses != 200).sum()),
         "requests_per_s": len(results) / wall,
         "p50_ms": float(np.percentile(lat, 50)),
         "p99_ms": float(np.percentile(lat, 99)),
         "wall_s": wall,
+    }
+
+
+def _drive_wrk(args: argparse.Namespace, port: int, bodies: list[dict]) -> dict:
+    """wrk (a C load generator: one thread, `--clients` keep-alive connections, each one
+    request at a time) for `--seconds`, cycling through the same bodies."""
+    with tempfile.TemporaryDirectory() as tmp:
+        script, lines = Path(tmp) / "bodies.lua", Path(tmp) / "bodies.jsonl"
+        script.write_text(WRK_SCRIPT)
+        lines.write_text("".join(json.dumps(b) + "\n" for b in bodies))
+        cmd = ["wrk", "-t", "1", "-c", str(args.clients), "-d", f"{args.seconds:g}s"]
+        cmd += ["-s", str(script), f"http://127.0.0.1:{port}/recommend"]
+        out = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "SEQREC_BODIES": str(lines)},
+        ).stdout
+    fields = next(line for line in out.splitlines() if line.startswith("SEQREC ")).split()[1:]
+    requests, socket_errors, status_errors = (int(x) for x in fields[:3])
+    duration_us, p50_us, p99_us = (float(x) for x in fields[3:])
+    return {
+        "requests": requests,
+        "errors": socket_errors + status_errors,
+        "requests_per_s": requests / (duration_us / 1e6),
+        "p50_ms": p50_us / 1000,
+        "p99_ms": p99_us / 1000,
+        "wall_s": duration_us / 1e6,
     }
 
 
@@ -181,6 +243,14 @@ def main() -> None:
     ap.add_argument(
         "--new-connections", action="store_true", help="a new connection per request (urllib)"
     )
+    ap.add_argument(
+        "--client",
+        choices=["wrk", "python"],
+        default="wrk" if shutil.which("wrk") else "python",
+        help="the load generator: wrk (C, when installed; --seconds) or client threads of this "
+        "process (--requests)",
+    )
+    ap.add_argument("--seconds", type=float, default=10.0, help="wrk: how long to send")
     ap.add_argument(
         "--serve",
         action="append",
@@ -223,8 +293,9 @@ def main() -> None:
         "one_history_p99_ms": float(np.percentile(one, 99) * 1000),
     }
     table = "".join(
-        f"| `{h['serve_flags'] or '(defaults)'}` | {h['requests']:,} | {h['clients']} | "
-        f"{h['connections']} | {h['server_workers']} | {h['wall_s']:.0f} | {h['errors']} | "
+        f"| `{h['serve_flags'] or '(defaults)'}` | {h['client']} | {h['requests']:,} | "
+        f"{h['clients']} | {h['connections']} | {h['server_workers']} | {h['wall_s']:.0f} | "
+        f"{h['errors']} | "
         f"{h['requests_per_s']:.0f} | {h['p50_ms']:.1f} | {h['p99_ms']:.1f} | {_rss_cell(h)} |\n"
         for h in rows
     )
@@ -232,13 +303,14 @@ def main() -> None:
         f"# Serving `{Path(args.run).name}` ({rec.run.config.model}, {rec.n_items:,} items, "
         f"max_len {rec.max_len})\n\n"
         "## HTTP service (`seqrec serve`, its own process, 127.0.0.1)\n\n"
-        "| serve flags | requests | clients | connections | workers | seconds | errors "
-        "| requests/s | p50 ms | p99 ms | server RSS start → end |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| serve flags | load generator | requests | clients | connections | workers | seconds "
+        "| errors | requests/s | p50 ms | p99 ms | server RSS start → end |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
         f"{table}\n"
         "Each request: one real user's history (its last 200 items), top-"
-        f"{args.k}, history items excluded; the clients are threads of the benchmark's process "
-        "on the same cores as the server; `--no-access-log` throughout.\n\n"
+        f"{args.k}, history items excluded; the load generator runs on the same cores as the "
+        "server (wrk: one thread of C; python: threads of the benchmark's process); "
+        "`--no-access-log` throughout.\n\n"
         "## Library (`Recommender`, in process)\n\n"
         "| batch scoring, every user's full history | one history p50 | one history p99 |\n"
         "|---|---|---|\n"

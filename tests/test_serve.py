@@ -122,6 +122,50 @@ def test_bad_input_gets_a_4xx_that_says_what(server: tuple[str, Recommender]) ->
         assert status == 200 and body["dropped"] == ["nope"]
 
 
+def test_the_guards_direct_route_answers_as_the_app_does(server: tuple[str, Recommender]) -> None:
+    """POST /recommend is answered by the guard itself (past FastAPI's routing); a request with
+    an Origin header goes through the app. Both give the same status and the same body, for
+    good and bad requests alike."""
+    url, rec = server
+
+    def both(raw: bytes) -> list[tuple[int, Any]]:
+        out = []
+        for headers in ({}, {"Origin": "https://example.org"}):
+            req = urllib.request.Request(
+                url + "/recommend",
+                data=raw,
+                headers={"Content-Type": "application/json", **headers},
+            )
+            try:
+                with urllib.request.urlopen(req, timeout=10) as r:
+                    out.append((r.status, json.loads(r.read())))
+            except urllib.error.HTTPError as e:
+                out.append((e.code, json.loads(e.read())))
+        return out
+
+    bodies: list[Any] = [
+        {"history": rec.item_ids[:3], "k": 4},
+        {"history": [rec.item_ids[0], "nope"], "k": 2},
+        {"user": "nobody", "k": 3},
+        {"history": "1,2,3"},
+        {"history": [], "k": 0},
+        {"history": [], "kk": 3},
+        {"history": rec.item_ids[:1] * 51},
+        {"k": 5},
+    ]
+    raws = [json.dumps(b).encode() for b in bodies] + [b"{not json", b"[1, 2]", b'{"k": NaN}']
+    for raw in raws:
+        direct, through_app = both(raw)
+        assert direct[0] == through_app[0], raw
+        if direct[0] == 200:
+            assert direct[1]["dropped"] == through_app[1]["dropped"]
+            assert [r["item"] for r in direct[1]["items"]] == [
+                r["item"] for r in through_app[1]["items"]
+            ]
+        else:
+            assert direct[1] == through_app[1], raw
+
+
 def test_concurrent_requests_are_answered_correctly(server: tuple[str, Recommender]) -> None:
     url, rec = server
     histories = [rec.item_ids[i : i + 1 + i % 7] for i in range(40)]

@@ -4,6 +4,7 @@ bounded in count and time."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import socket
 import subprocess
@@ -86,13 +87,18 @@ def _closed(s: socket.socket, wait: float) -> bool:
         return False
 
 
+# the guard over both of uvicorn's HTTP parsers (seqrec.http_guard.guarded_protocol)
+PARSERS = ["httptools", "h11"] if importlib.util.find_spec("httptools") else ["h11"]
+
+
+@pytest.mark.parametrize("http", PARSERS)
 @pytest.mark.parametrize("cap", [None, "100"])
 def test_600_idle_connections_do_not_keep_a_client_waiting(
-    cap: str | None, tiny_runs: dict[str, Path]
+    cap: str | None, http: str, tiny_runs: dict[str, Path]
 ) -> None:
     """600 idle and half-sent connections against one worker (with the default cap of 1000,
     and with a cap of 100 that evicts the longest idle): a normal client is served within 1 s."""
-    flags = ["--max-connections", cap] if cap else []
+    flags = ["--http", http, *(["--max-connections", cap] if cap else [])]
     with _serve(tiny_runs["sasrec"], *flags) as port:
         socks = _idle_connections(port, 600)
         try:
@@ -110,10 +116,11 @@ def test_600_idle_connections_do_not_keep_a_client_waiting(
                 s.close()
 
 
+@pytest.mark.parametrize("http", PARSERS)
 def test_idle_and_half_sent_connections_are_closed_and_keep_alive_is_limited(
-    tiny_runs: dict[str, Path],
+    http: str, tiny_runs: dict[str, Path]
 ) -> None:
-    flags = ["--header-timeout", "1", "--max-requests-per-connection", "3"]
+    flags = ["--http", http, "--header-timeout", "1", "--max-requests-per-connection", "3"]
     with _serve(tiny_runs["sasrec"], *flags) as port:
         socks = _idle_connections(port, 40)
         try:

@@ -24,7 +24,9 @@ from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-__all__ = ["LIMITS", "ConnectionLimits", "GuardedH11Protocol", "set_limits"]
+from seqrec.errors import ConfigError
+
+__all__ = ["LIMITS", "ConnectionLimits", "GuardedH11Protocol", "guarded_protocol", "set_limits"]
 
 
 @dataclass(frozen=True)
@@ -43,16 +45,20 @@ def set_limits(limits: ConnectionLimits) -> None:
     LIMITS = limits
 
 
-class GuardedH11Protocol(H11Protocol):
-    """H11Protocol plus the connection cap (with eviction of the longest-idle connection), a
-    header timeout and a per-connection request limit."""
+class _ConnectionGuard:
+    """The limits, over either of uvicorn's HTTP protocols (they share these hooks): the
+    connection cap (with eviction of the longest-idle connection), a header timeout and a
+    per-connection request limit."""
+
+    connections: Any
+    loop: Any
 
     _header_timer: asyncio.TimerHandle | None = None
     _idle_since: float = 0.0
     _served: int = 0
 
     def connection_made(self, transport: Any) -> None:
-        super().connection_made(transport)
+        super().connection_made(transport)  # type: ignore[misc]
         self._idle_since = time.monotonic()
         if len(self.connections) > LIMITS.max_connections:
             idle = [c for c in self.connections if c is not self and _idle(c)]
@@ -68,12 +74,12 @@ class GuardedH11Protocol(H11Protocol):
         if self._served >= LIMITS.max_requests:
             self._close()  # the response is written; a client reconnects for the next
             return
-        super().on_response_complete()
+        super().on_response_complete()  # type: ignore[misc]
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
-        super().connection_lost(exc)
+        super().connection_lost(exc)  # type: ignore[misc]
 
     def _arm(self) -> None:
         self._disarm()
@@ -91,6 +97,32 @@ class GuardedH11Protocol(H11Protocol):
 
     def _close(self) -> None:
         _close(self)
+
+
+class GuardedH11Protocol(_ConnectionGuard, H11Protocol):
+    """uvicorn's pure-Python h11 protocol, guarded."""
+
+
+_FAST: type | None = None
+try:  # the `serve` extra brings httptools: a C parser, much faster than h11
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class GuardedHttpToolsProtocol(_ConnectionGuard, HttpToolsProtocol):
+        """uvicorn's httptools protocol, guarded."""
+
+    _FAST = GuardedHttpToolsProtocol
+except ImportError:  # pragma: no cover - httptools is in the serve extra
+    pass
+
+
+def guarded_protocol(kind: str = "auto") -> type:
+    """The guarded protocol to serve with: "h11", "httptools", or "auto" (httptools when it is
+    installed, else h11)."""
+    if kind == "h11" or (kind == "auto" and _FAST is None):
+        return GuardedH11Protocol
+    if _FAST is None:
+        raise ConfigError("--http httptools: httptools is not installed (pip install httptools)")
+    return _FAST
 
 
 def _idle(conn: Any) -> bool:

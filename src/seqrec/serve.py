@@ -69,6 +69,7 @@ class ServeOptions:
     header_timeout: float = 10.0
     keep_alive: float = 5.0
     max_requests: int = 1000
+    http: str = "auto"  # the HTTP parser: "httptools" (C, faster), "h11", "auto" (httptools if any)
     # dynamic micro-batching (seqrec.batching): one-history requests queued while the model is
     # busy, or within `batch_wait` seconds, are scored together, at most `micro_batch` at once
     # (1: each alone); more than `max_queue` waiting are refused with 503
@@ -95,8 +96,11 @@ class _Guard:
     the cap and the timeout, before the app sees it: a body over the cap is a 413 whether its
     length was announced or it came in chunks."""
 
-    def __init__(self, app: Any, options: ServeOptions) -> None:
-        self.app, self.options = app, options
+    def __init__(self, app: Any, options: ServeOptions, fast: dict[str, Any]) -> None:
+        # `fast`: POST routes the guard answers itself, past the app's routing and middleware
+        # (body -> (status, JSON), or None: the app answers); not for cross-origin requests
+        # (CORS is the app's)
+        self.app, self.options, self.fast = app, options, fast
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -130,6 +134,16 @@ class _Guard:
                     raise _TooLarge
                 if not message.get("more_body"):
                     break
+            direct = self.fast.get(scope["path"]) if scope["method"] == "POST" else None
+            if direct is not None and b"origin" not in headers:
+                try:
+                    done = await direct(bytes(body))
+                except TimeoutError:  # waited in the queue past its deadline
+                    done = 504, {"detail": f"the request took longer than {o.timeout:g} s"}
+                except Exception:  # whatever failed, the client learns only that
+                    done = 500, {"detail": "internal error"}
+                if done is not None:  # else a body the request model refuses: the app says why
+                    return await _send_json(tracking_send, *done)
             replayed = False
 
             async def replay() -> Any:
@@ -143,7 +157,8 @@ class _Guard:
 
         _DEADLINE.set(time.monotonic() + o.timeout)
         try:
-            await asyncio.wait_for(handle(), o.timeout)
+            async with asyncio.timeout(o.timeout):  # in this task: no task per request
+                await handle()
         except _TooLarge:
             if not started:
                 await _json(send, 413, f"request body over {o.max_body} bytes")
@@ -157,12 +172,26 @@ class _TooLarge(Exception):
 
 
 async def _json(send: Any, status: int, detail: str, extra: list[Any] | None = None) -> None:
-    body = json.dumps({"detail": detail}).encode()
+    await _send_json(send, status, {"detail": detail}, extra)
+
+
+async def _send_json(send: Any, status: int, obj: Any, extra: list[Any] | None = None) -> None:
+    body = json.dumps(obj, ensure_ascii=False, allow_nan=False).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send(
         {"type": "http.response.start", "status": status, "headers": headers + (extra or [])}
     )
     await send({"type": "http.response.body", "body": body})
+
+
+def _errors(errors: Any, prefix: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Validation errors as answered: what was wrong and where; not the input itself, which may
+    not even be valid JSON to echo (a body of Infinity or NaN)."""
+    return [
+        {"loc": [*prefix, *e["loc"]], "msg": e["msg"], "type": e["type"]}
+        for e in errors
+        if "loc" in e
+    ]
 
 
 def _imports() -> tuple[Any, Any, Any]:
@@ -194,7 +223,8 @@ def create_app(
         version=__version__,
         description=f"Top-k recommendations from {rec.run.config.model} ({rec.run.path.name})",
     )
-    _install_handlers(app, opts)
+    fast: dict[str, Any] = {}  # the guard's direct routes, filled by _recommend_routes
+    _install_handlers(app, opts, fast)
     rec.recommend([], k=1)  # a first scoring: /ready means the model answers
     schemas = _schemas(rec, opts)
 
@@ -210,7 +240,7 @@ def create_app(
     def model() -> dict[str, Any]:
         return {**rec.info(), "version": __version__}
 
-    _recommend_routes(app, rec, opts, schemas)
+    _recommend_routes(app, rec, opts, schemas, fast)
     return app
 
 
@@ -291,7 +321,7 @@ def _schemas(rec: Recommender, opts: ServeOptions) -> Any:
     )
 
 
-def _install_handlers(app: Any, opts: ServeOptions) -> None:
+def _install_handlers(app: Any, opts: ServeOptions, fast: dict[str, Any]) -> None:
     """Errors answered in one JSON line each (never a stack trace), CORS, and the guard."""
     import fastapi
     from fastapi.responses import JSONResponse
@@ -300,8 +330,7 @@ def _install_handlers(app: Any, opts: ServeOptions) -> None:
     async def invalid_request(request: Any, exc: Any) -> Any:
         # what was wrong and where; not the input itself, which may not even be valid JSON to
         # echo (a body of Infinity or NaN)
-        errors = [{k: e[k] for k in ("loc", "msg", "type") if k in e} for e in exc.errors()]
-        return JSONResponse({"detail": errors}, status_code=422)
+        return JSONResponse({"detail": _errors(exc.errors())}, status_code=422)
 
     @app.exception_handler(TimeoutError)
     async def late(request: Any, exc: Exception) -> Any:
@@ -323,13 +352,16 @@ def _install_handlers(app: Any, opts: ServeOptions) -> None:
             allow_methods=["GET", "POST"],
             allow_headers=["Authorization", "Content-Type"],
         )
-    app.add_middleware(_Guard, options=opts)
+    app.add_middleware(_Guard, options=opts, fast=fast)
 
 
-def _recommend_routes(app: Any, rec: Recommender, opts: ServeOptions, schemas: Any) -> None:
-    """POST /recommend (one history, or a known user by id; micro-batched) and POST
-    /recommend/batch."""
+def _recommend_routes(
+    app: Any, rec: Recommender, opts: ServeOptions, schemas: Any, fast: dict[str, Any]
+) -> None:
+    """POST /recommend (one history, or a known user by id; micro-batched; also put in `fast`,
+    the guard's direct routes) and POST /recommend/batch."""
     import fastapi
+    import pydantic
     from fastapi.responses import JSONResponse
 
     from seqrec.batching import MicroBatcher, Overloaded
@@ -367,7 +399,7 @@ def _recommend_routes(app: Any, rec: Recommender, opts: ServeOptions, schemas: A
     )
     app.router.on_shutdown.append(batcher.close)
 
-    async def recommend(req: Any) -> Any:
+    async def answer(req: Any) -> dict[str, Any]:
         row = None if req.user is None else rec.user_index(req.user)
         if req.history is not None:
             check_length(req.history)
@@ -402,9 +434,27 @@ def _recommend_routes(app: Any, rec: Recommender, opts: ServeOptions, schemas: A
         out: dict[str, Any] = {"items": items(recs), "dropped": dropped}
         if req.user is not None:
             out["user_known"] = row is not None
-        # the answer is built to the response model's shape here; FastAPI's second validation
-        # of it would cost more than scoring (the model stays declared for the OpenAPI schema)
-        return JSONResponse(out)
+        return out
+
+    async def recommend(req: Any) -> Any:
+        # the answer is built to the response model's shape; FastAPI's second validation of it
+        # would cost more than scoring (the model stays declared for the OpenAPI schema)
+        return JSONResponse(await answer(req))
+
+    async def recommend_fast(body: bytes) -> tuple[int, Any] | None:
+        """POST /recommend as the guard serves it, past FastAPI's routing: the same request
+        model and the same answer; None for a body the model refuses (the app then answers
+        it, in FastAPI's words)."""
+        try:
+            req = schemas.RecommendRequest.model_validate_json(body)
+        except pydantic.ValidationError:
+            return None
+        try:
+            return 200, await answer(req)
+        except fastapi.HTTPException as e:
+            return e.status_code, {"detail": e.detail}
+
+    fast["/recommend"] = recommend_fast
 
     async def recommend_batch(req: Any) -> Any:
         for h in req.histories:
@@ -474,11 +524,11 @@ def server_config(app: Any, options: ServeOptions, **kwargs: Any) -> Any:
     """The uvicorn config seqrec serves with: its guarded h11 protocol (seqrec.http_guard) with
     `options`' connection limits, and uvicorn's keep-alive timer."""
     _, _, uvicorn = _imports()
-    from seqrec.http_guard import GuardedH11Protocol
+    from seqrec.http_guard import guarded_protocol
 
     _set_connection_limits(options)
     return uvicorn.Config(
-        app, http=GuardedH11Protocol, timeout_keep_alive=options.keep_alive, **kwargs
+        app, http=guarded_protocol(options.http), timeout_keep_alive=options.keep_alive, **kwargs
     )
 
 
@@ -519,7 +569,7 @@ def serve(
     in-flight requests finish first) on `device`. A `host` other than the loopback needs a
     token in `options` unless `insecure`. `access_log`: a line per request (uvicorn's)."""
     _, _, uvicorn = _imports()
-    from seqrec.http_guard import GuardedH11Protocol
+    from seqrec.http_guard import guarded_protocol
 
     options = options or ServeOptions()
     check_host(host, options, insecure)
@@ -537,7 +587,7 @@ def serve(
             workers=workers,
             log_level=log_level,
             access_log=access_log,
-            http=GuardedH11Protocol,
+            http=guarded_protocol(options.http),
             timeout_keep_alive=options.keep_alive,
         )
         return

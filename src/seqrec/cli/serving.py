@@ -117,6 +117,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         batch_wait=args.batch_wait_ms / 1000,
         max_queue=args.max_queue,
         threads=args.threads,
+        http=args.http,
     )
     serve(
         args.run,
@@ -211,6 +212,12 @@ def add_parsers(sub: Any) -> None:
         type=int,
         default=0,
         help="torch threads for scoring, per worker (0: one per core; 1 suits 2 cores)",
+    )
+    p.add_argument(
+        "--http",
+        choices=["auto", "httptools", "h11"],
+        default="auto",
+        help="the HTTP parser (auto: httptools when installed, else h11)",
     )
     p.add_argument("--no-access-log", action="store_true", help="no log line per request (faster)")
     p.add_argument(
