@@ -21,7 +21,10 @@ k outside 1..catalogue (422), a history longer than `max_history` or a batch lar
 A request running longer than `timeout` gets 504; an unexpected failure gets a 500 whose body
 says only that (never a stack trace). CORS is closed unless origins are named. SIGTERM stops
 accepting connections and finishes the requests in flight (uvicorn's graceful shutdown). The
-model is loaded once; requests are served concurrently.
+model is loaded once; requests are served concurrently, and one-history requests that arrive
+together are scored as one batch (seqrec.batching; a full queue is a 503). The guard answers a
+valid POST /recommend itself, past FastAPI's routing (the same model of the request, the same
+answer); what it refuses goes on to the app, which says why.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the request models of the endpoints
