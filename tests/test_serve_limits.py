@@ -132,7 +132,7 @@ def test_idle_and_half_sent_connections_are_closed_and_keep_alive_is_limited(
         # a keep-alive connection: 3 requests, then it is closed after the third response
         s = socket.create_connection(("127.0.0.1", port), timeout=10)
         try:
-            for _ in range(3):
+            for i in range(3):
                 s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
                 answer = b""
                 while not answer.endswith(b'{"status":"ok"}'):
@@ -140,6 +140,8 @@ def test_idle_and_half_sent_connections_are_closed_and_keep_alive_is_limited(
                     assert chunk, "closed before its third response"
                     answer += chunk
                 assert answer.startswith(b"HTTP/1.1 200")
+                # the last response says so, for clients that keep connections open
+                assert (b"connection: close" in answer.lower()) == (i == 2)
             assert _closed(s, 2.0)
         finally:
             s.close()

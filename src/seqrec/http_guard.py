@@ -68,6 +68,19 @@ class _ConnectionGuard:
             _close(min(idle, key=lambda c: getattr(c, "_idle_since", 0.0)))
         self._arm()
 
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)  # type: ignore[misc]
+        cycle = getattr(self, "cycle", None)
+        last = self._served + 1 >= LIMITS.max_requests
+        if last and cycle is not None and not cycle.response_started:
+            # the connection's last request: its answer says `connection: close`, so a client
+            # that keeps connections open knows not to send another on it (httptools answers so
+            # when the cycle is not kept alive, h11 when the request asked to close)
+            cycle.keep_alive = False
+            headers = cycle.scope["headers"]
+            if (b"connection", b"close") not in headers:
+                headers.append((b"connection", b"close"))
+
     def on_response_complete(self) -> None:
         self._served += 1
         self._idle_since = time.monotonic()
