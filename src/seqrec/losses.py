@@ -404,14 +404,17 @@ def model_loss(
     targets: torch.Tensor,
     negatives: torch.Tensor | None = None,
     layout: dict[str, torch.Tensor] | None = None,
+    *,
+    forward: Any = None,
 ) -> torch.Tensor:
     """Run the model on `inputs` (B, L) and compute the loss at the `positions` (B, L) bool
     only (BERT4Rec: the masked items, Eq. 8; SASRec: every non-padding position, §III-E). The
     hidden states there are gathered *before* the output layer, so the output layer runs for
     the M target positions only (except with per-sequence negatives, scored at every position
     by one batched matmul). `layout`: a packed batch's segments and positions, given to the
-    model."""
-    hidden = model(inputs, **(layout or {}))  # (B, L, D)
+    model. `forward`: what runs the model forward, if not the model itself (a distributed run's
+    DistributedDataParallel wrapper, whose forward synchronises the gradients)."""
+    hidden = (forward or model)(inputs, **(layout or {}))  # (B, L, D)
     if not getattr(model, "dot_product_output", True):  # NCF: scores of (user, item) pairs
         if spec.name not in SAMPLED_LOSSES or spec.negatives_per != "position" or negatives is None:
             raise ValueError(

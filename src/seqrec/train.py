@@ -40,6 +40,17 @@ from seqrec.data.batches import Batch
 from seqrec.data.negatives import NegativeSampler
 from seqrec.data.prepared import PreparedDataset
 from seqrec.data.split import Split
+from seqrec.distributed import (
+    Ranks,
+    all_mean,
+    broadcast,
+    broadcast_float,
+    device_for,
+    on_main,
+    process_group,
+    ranks,
+    shard,
+)
 from seqrec.errors import ConfigError, TrainingError
 from seqrec.evaluate import PROTOCOLS, parse_protocols
 from seqrec.losses import LossSpec, full_cross_entropy, model_loss
@@ -124,8 +135,13 @@ def train_step(
     optimizer: torch.optim.Optimizer,
     t: TrainConfig,
     device: torch.device,
+    *,
+    forward: nn.Module | None = None,
+    weight: float = 1.0,
 ) -> float:
-    """One update on `batch` (bf16 autocast and clipping as `t` says); returns the loss."""
+    """One update on `batch` (bf16 autocast and clipping as `t` says); returns the loss.
+    `forward`: the model as it runs forward (DistributedDataParallel's wrapper of `model` in a
+    distributed run); `weight`: this rank's share of the batch (seqrec.distributed.shard)."""
     batch = batch.to(device)
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=_resolved(t.bf16, "bf16")):
         loss = model_loss(
@@ -136,9 +152,10 @@ def train_step(
             batch.targets,
             batch.negatives,
             batch.model_inputs(users=model.uses_users),
+            forward=forward,
         )
-    if batch.loss_scale != 1.0:
-        loss = loss * batch.loss_scale
+    if batch.loss_scale * weight != 1.0:
+        loss = loss * (batch.loss_scale * weight)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if t.clip_norm > 0:
@@ -289,7 +306,10 @@ def fit(
     empty (a run directory with `resume`), and may not be or contain the prepared data or any of
     `inputs` (the source file, a run it refits). `break_lock` takes a lock that another host's
     process left (RunDir.lock). A finished run keeps its last checkpoint only, both with
-    `keep_checkpoints`."""
+    `keep_checkpoints`.
+
+    Under torchrun (seqrec.distributed) every rank calls `fit`; rank 0 alone checks, locks and
+    writes the run directory, and its error, if any, is every rank's."""
     run_dir = Path(out)
     if not resume:  # every value in range, the run to start from fitting, before any file
         validate(cfg, ds)
@@ -297,9 +317,15 @@ def fit(
             with torch.device("meta"):
                 shaped = ckpt.build_model(cfg, ds.n_items, ds.n_users)
             _init_state(shaped, Path(cfg.train.init_from), cfg, ds)
-    check_run_out(run_dir, resume=resume, inputs=[ds.path, *inputs])
+    r = ranks()
     run = RunDir(run_dir)
-    with run.lock(break_lock=break_lock):
+    with process_group(r, resolve_device(cfg.train.device)), contextlib.ExitStack() as stack:
+
+        def opening() -> None:
+            check_run_out(run_dir, resume=resume, inputs=[ds.path, *inputs])
+            stack.enter_context(run.lock(break_lock=break_lock))
+
+        on_main(r, opening)
         return _fit(
             ds,
             cfg,
@@ -308,6 +334,7 @@ def fit(
             progress=progress,
             source=source,
             keep_checkpoints=keep_checkpoints,
+            ranks=r,
         )
 
 
@@ -362,8 +389,12 @@ def _fit(
     progress: bool,
     source: dict[str, Any] | None,
     keep_checkpoints: bool = False,
+    ranks: Ranks | None = None,
 ) -> FitResult:
-    """Open the run (or resume it), set the training up, run the loop, test the chosen state."""
+    """Open the run (or resume it), set the training up, run the loop, test the chosen state.
+    In a distributed run (`ranks`) rank 0 decides what is timed, writes, validates and tests;
+    every rank trains."""
+    r = ranks or Ranks()
     state = run.checkpoint() if resume else None
     if resume:
         if not run.started:
@@ -378,26 +409,30 @@ def _fit(
             tqdm.write(f"sizes fitted to the data: {'; '.join(fitted)}", file=sys.stderr)
     # what it trains, and what the run's config records (an epochs tier times this machine first)
     measuring = bool(speed_tiers(cfg))  # never for a resumed run: its recorded config decided
-    cfg = validate(apply_short_budget(cfg, lambda base: epochs_bought(ds, base)), ds)
+    if r.main:  # timed on rank 0 alone: every rank trains what it decided
+        cfg = validate(apply_short_budget(cfg, lambda base: epochs_bought(ds, base)), ds)
+    cfg = broadcast(cfg, r)
+    progress = progress and r.main
     if measuring and progress:
         tqdm.write(_decided(cfg), file=sys.stderr)
-    device = resolve_device(cfg.train.device)
+    device = device_for(r, resolve_device(cfg.train.device))
     commit = state["git_commit"] if state and "git_commit" in state else git_commit()
     if state is not None:
         run.check_items(ds.item_ids)
     with torch_settings(cfg.train, device):
         # the model, its batches, loss and optimiser first: what they refuse leaves no file
-        training = setup(
-            ds,
-            cfg,
-            device,
-            fresh=state is None,
-            precision=state.get("precision") if state is not None else None,
-        )
-        if state is None:
+        precision = state.get("precision") if state is not None else None
+        if r.distributed and precision is None:  # "auto" precisions timed on rank 0 alone
+            decided = setup(ds, cfg, device).precision if r.main else None
+            precision = broadcast(decided, r)
+        training = setup(ds, cfg, device, fresh=state is None, precision=precision)
+        if state is None and r.main:
             _start(run, ds, cfg, source)
         loop = _LoopState.restored(state, training) if state is not None else _LoopState()
+        training.distribute(r)
         stopped = _train(training, ds, run, loop, device=device, commit=commit, progress=progress)
+        if not r.main:  # rank 0 tests and writes
+            return FitResult(run.path, training.model, {})
         metrics = _test(training, ds, loop, stopped, device=device, commit=commit)
     run.save_model(training.model.state_dict())
     run.finish(metrics, keep_checkpoints=keep_checkpoints)
@@ -539,7 +574,7 @@ def _train(
     """The loop: epochs of updates, each epoch logged and checkpointed, validated every
     `eval_every` (the best state kept), until the epochs, the steps or the budget end or
     validation stops improving. Returns why it stopped."""
-    cfg, model, sampler = training.cfg, training.model, training.sampler
+    cfg, model, sampler, r = training.cfg, training.model, training.sampler, training.ranks
     t = cfg.train
     budget = parse_duration(t.time_budget) if t.time_budget else math.inf
     total_steps = t.max_epochs * len(sampler)
@@ -552,7 +587,7 @@ def _train(
     bar = _bar(cfg, budget, total_steps, loop, progress)
     loop.started = started = time.perf_counter() - loop.elapsed
     model.train()
-    events = run.event_log() if t.tensorboard else None
+    events = run.event_log() if t.tensorboard and r.main else None
     try:
         for epoch in range(loop.start_epoch, t.max_epochs):
             torch.manual_seed(int(np.random.SeedSequence([t.seed, epoch]).generate_state(1)[0]))
@@ -581,8 +616,10 @@ def _train(
             }
             last = epoch == t.max_epochs - 1 or loop.step >= total_steps
             if validating and ((epoch + 1) % t.eval_every == 0 or last or out_of_time):
-                # of a finite state (checked above): never a diverged one
-                value = _validate(training, ds, device)
+                # of a finite state (checked above): never a diverged one; on rank 0, which
+                # tells the others (they keep the same best epoch and patience)
+                value = _validate(training, ds, device) if r.main else 0.0
+                value = broadcast_float(value, r, device)
                 line[f"valid_{val_protocol}_{t.val_metric}"] = value
                 loop.record(value, epoch, model)
             loop.elapsed = time.perf_counter() - started
@@ -594,10 +631,11 @@ def _train(
                 val=f"{loop.best['metric']:.4f}" if loop.best["epoch"] >= 0 else "-",
                 seq_s=f"{line['seq_per_s']:.0f}",
             )
-            run.write_log(loop.history)
-            if events is not None:
-                events.add(line)
-            run.save_checkpoint(loop.checkpoint(training, epoch, commit, training.precision))
+            if r.main:
+                run.write_log(loop.history)
+                if events is not None:
+                    events.add(line)
+                run.save_checkpoint(loop.checkpoint(training, epoch, commit, training.precision))
             reason = _stop_reason(t, loop, total_steps, out_of_time)
             if reason:
                 stopped = reason
@@ -630,8 +668,12 @@ def _updates(
     batches, sequences, the last learning rate, whether the budget ran out). A non-finite loss
     stops the run."""
     loss_sum, n_batches, n_seq, lr, timed = 0.0, 0, 0, 0.0, math.isfinite(budget)
+
+    def clock() -> float:  # rank 0's, in a distributed run: every rank decides alike
+        return broadcast_float(time.perf_counter() - started, training.ranks, training.device)
+
     for batch in training.sampler.epoch(epoch):
-        lr = set_lr(loop.step, time.perf_counter() - started)
+        lr = set_lr(loop.step, clock())
         loss = training.step(batch)
         loop.step += 1
         if not math.isfinite(loss):
@@ -642,7 +684,7 @@ def _updates(
                 "is kept (try a lower train.lr)"
             )
         loss_sum, n_batches, n_seq = loss_sum + loss, n_batches + 1, n_seq + batch.size
-        now = time.perf_counter() - started
+        now = clock()
         bar.update(max(0, int(min(now, budget)) - bar.n) if timed else 1)
         if now > budget:
             return loss_sum, n_batches, n_seq, lr, True
@@ -833,10 +875,35 @@ class Training:
     device: torch.device
     precision: dict[str, Any]  # the decided bf16 / loss_bf16 and what was timed
     precision_s: float  # seconds spent deciding them
+    # a distributed run (seqrec.distributed): this process's ranks, and the model wrapped in
+    # DistributedDataParallel (`distribute`)
+    ranks: Ranks = field(default_factory=Ranks)
+    forward: nn.Module | None = None
 
     def step(self, batch: Batch) -> float:
-        """One update on `batch`; returns its loss."""
-        return train_step(self.model, self.spec, batch, self.optimizer, self.cfg.train, self.device)
+        """One update on `batch` (this rank's share of it, in a distributed run); returns the
+        batch's loss."""
+        part, weight = shard(batch, self.ranks, self.cfg.train.negatives_per)
+        loss = train_step(
+            self.model,
+            self.spec,
+            part,
+            self.optimizer,
+            self.cfg.train,
+            self.device,
+            forward=self.forward,
+            weight=weight,
+        )
+        return all_mean(loss, self.ranks, self.device)  # the whole batch's mean loss
+
+    def distribute(self, r: Ranks) -> None:
+        """Train as one of the ranks `r`: DistributedDataParallel averages the gradients."""
+        if not r.distributed:
+            return
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        self.ranks, self.forward = r, DistributedDataParallel(self.model, device_ids=ids)
 
     def scorer(self, device: torch.device | None = None) -> ModelScorer:
         """The model as evaluation scores with it (under its decided bf16)."""

@@ -23,11 +23,12 @@ from seqrec.config import (
     refit_config,
     validate,
 )
-from seqrec.data.prepared import prepare
+from seqrec.data.prepared import PreparedDataset, prepare
+from seqrec.distributed import on_main, process_group, ranks
 from seqrec.errors import ConfigError
 from seqrec.report import metrics_table, run_label
 from seqrec.rundir import RunDir
-from seqrec.train import check_run_out, fit
+from seqrec.train import check_run_out, fit, resolve_device
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -78,6 +79,23 @@ def cmd_refit(args: argparse.Namespace) -> int:
     return _train(args, cfg, data, source={"data": data, "refit_of": str(run)}, inputs=[data, run])
 
 
+def _prepare(
+    args: argparse.Namespace, cfg: RunConfig, data: str, *, progress: bool
+) -> PreparedDataset:
+    return prepare(data, data_cfg=cfg.data, eval_cfg=cfg.eval, force=args.force, progress=progress)
+
+
+def _check_and_prepare(
+    args: argparse.Namespace,
+    cfg: RunConfig,
+    data: str,
+    inputs: Sequence[str | Path],
+    out: list[PreparedDataset],
+) -> None:
+    check_run_out(Path(args.out), resume=args.resume, inputs=inputs)
+    out.append(_prepare(args, cfg, data, progress=not args.quiet))
+
+
 def _train(
     args: argparse.Namespace,
     cfg: RunConfig,
@@ -90,21 +108,26 @@ def _train(
     may not be or contain any of `inputs`. `notice`: a line said with the results."""
     inputs = [p for p in inputs if Path(p).exists()]
     validate(cfg)  # before anything is prepared or written
-    check_run_out(Path(args.out), resume=args.resume, inputs=inputs)
-    ds = prepare(
-        data, data_cfg=cfg.data, eval_cfg=cfg.eval, force=args.force, progress=not args.quiet
-    )
-    result = fit(
-        ds,
-        cfg,
-        Path(args.out),
-        resume=args.resume,
-        progress=not args.quiet,
-        source=source,
-        inputs=inputs,
-        break_lock=args.break_lock,
-        keep_checkpoints=args.keep_checkpoints,
-    )
+    r = ranks()  # under torchrun: rank 0 checks, prepares, writes and reports
+    with process_group(r, resolve_device(cfg.train.device)):
+        # rank 0 checks and prepares the data first (its error is every rank's); the others
+        # then find it prepared
+        prepared: list[PreparedDataset] = []
+        on_main(r, lambda: _check_and_prepare(args, cfg, data, inputs, prepared))
+        ds = prepared[0] if r.main else _prepare(args, cfg, data, progress=False)
+        result = fit(
+            ds,
+            cfg,
+            Path(args.out),
+            resume=args.resume,
+            progress=not args.quiet,
+            source=source,
+            inputs=inputs,
+            break_lock=args.break_lock,
+            keep_checkpoints=args.keep_checkpoints,
+        )
+    if not r.main:
+        return 0
     m = result.metrics
     label = run_label(cfg.model, cfg.train.loss)
     print(metrics_table(m["test"], model=label, with_paper=_is_ml1m(ds)))
