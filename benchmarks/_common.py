@@ -26,6 +26,7 @@ SCRIPT_AREA = {
     "beauty": "evaluation",
     "bert4rec_ml1m": "bert4rec",
     "ce_chunks": "performance",
+    "distributed": "performance",
     "eval_speed": "performance",
     "fuzz_campaign": "reliability",
     "hidden_collapse": "sasrec",
