@@ -31,6 +31,7 @@ SCRIPT_AREA = {
     "fuzz_campaign": "reliability",
     "hidden_collapse": "sasrec",
     "inference": "performance",
+    "lrurec_ml1m": "lrurec",
     "peers": "performance",
     "pop_beauty": "evaluation",
     "pop_ml1m": "evaluation",

@@ -34,6 +34,7 @@ SIZES: dict[str, list[str]] = {
     "fpmc": ["fpmc.d_model=16", "train.n_negatives=4"],
     "caser": ["caser.d_model=16", "caser.dropout=0.1"],
     "transrec": ["transrec.d_model=16", "train.n_negatives=4"],
+    "lrurec": ["lrurec.d_model=16", "lrurec.max_len=10"],
 }
 
 

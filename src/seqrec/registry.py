@@ -8,7 +8,7 @@ training loop, run directories and the CLI read this table.
 from __future__ import annotations
 
 from seqrec.errors import ConfigError
-from seqrec.models import bert4rec, bprmf, caser, fpmc, gru4rec, ncf, sasrec, transrec
+from seqrec.models import bert4rec, bprmf, caser, fpmc, gru4rec, lrurec, ncf, sasrec, transrec
 from seqrec.models.base import ModelEntry
 
 __all__ = ["MODELS", "entry", "section_owner"]
@@ -22,6 +22,7 @@ ENTRIES: tuple[ModelEntry, ...] = (
     fpmc.ENTRY,
     caser.ENTRY,
     transrec.ENTRY,
+    lrurec.ENTRY,
 )
 MODELS: dict[str, ModelEntry] = {e.name: e for e in ENTRIES}
 
