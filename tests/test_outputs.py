@@ -259,7 +259,7 @@ def test_an_invalid_value_leaves_no_directory_and_the_same_out_then_works(
     [
         ("caser", "next_item.pack=true"),  # a whole-row model cannot pack rows
         ("bert4rec", 'train.val_metric="ndcg@20"'),
-        ("sasrec", 'train.decay="budget"'),
+        ("gru4rec", 'train.decay="budget"'),  # a budget decay needs a time budget
     ],
 )
 def test_an_incompatible_setting_leaves_no_directory(
