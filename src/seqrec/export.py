@@ -13,6 +13,7 @@ what evaluation ranks by.
 from __future__ import annotations
 
 import io
+import logging
 import warnings
 from pathlib import Path
 from typing import Literal
@@ -91,15 +92,23 @@ def _export_onnx(model: nn.Module, example: torch.Tensor, max_len: int) -> bytes
         ) from None
     batch = torch.export.Dim("batch", min=1, max=1 << 20)
     length = torch.export.Dim("length", min=1, max=max_len)
-    program = torch.onnx.export(
-        model,
-        (example,),
-        input_names=["histories"],
-        output_names=["scores"],
-        dynamic_shapes=({0: batch, 1: length},),
-        dynamo=True,
-        verbose=False,
-    )
+    # the exporter's own notices (torch 2.14 warns of every torchvision operator it cannot
+    # register) are not the user's business: only errors reach the log while it runs
+    onnx_log = logging.getLogger("torch.onnx")
+    level = onnx_log.level
+    onnx_log.setLevel(logging.ERROR)
+    try:
+        program = torch.onnx.export(
+            model,
+            (example,),
+            input_names=["histories"],
+            output_names=["scores"],
+            dynamic_shapes=({0: batch, 1: length},),
+            dynamo=True,
+            verbose=False,
+        )
+    finally:
+        onnx_log.setLevel(level)
     if program is None:
         raise RuntimeError("torch.onnx.export returned no program")
     return bytes(program.model_proto.SerializeToString())
