@@ -19,13 +19,15 @@ import dataclasses
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from seqrec.data.batches import Batch
 from seqrec.errors import ConfigError, RunError, SeqrecError
+
+T = TypeVar("T")
 
 __all__ = [
     "Ranks",
@@ -120,13 +122,14 @@ def all_mean(value: float, r: Ranks, device: torch.device) -> float:
     return float(t.item()) / r.world
 
 
-def on_main(r: Ranks, fn: Callable[[], None]) -> None:
-    """`fn()` on rank 0 only; the one-line error it raises is raised on every rank (so every
-    rank stops with the same line, not waiting for one that failed)."""
-    error = None
+def on_main(r: Ranks, fn: Callable[[], T]) -> T | None:
+    """`fn()` on rank 0 only (its value there, None on the other ranks); the one-line error it
+    raises is raised on every rank (so every rank stops with the same line, not waiting for
+    one that failed)."""
+    error, value = None, None
     if r.main:
         try:
-            fn()
+            value = fn()
         except SeqrecError as e:
             if not r.distributed:
                 raise
@@ -134,6 +137,7 @@ def on_main(r: Ranks, fn: Callable[[], None]) -> None:
     error = broadcast(error, r)
     if error is not None:
         raise {"RunError": RunError}.get(error[0], ConfigError)(error[1])
+    return value
 
 
 def barrier(r: Ranks) -> None:

@@ -187,16 +187,6 @@ async def _send_json(send: Any, status: int, obj: Any, extra: list[Any] | None =
     await send({"type": "http.response.body", "body": body})
 
 
-def _errors(errors: Any, prefix: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    """Validation errors as answered: what was wrong and where; not the input itself, which may
-    not even be valid JSON to echo (a body of Infinity or NaN)."""
-    return [
-        {"loc": [*prefix, *e["loc"]], "msg": e["msg"], "type": e["type"]}
-        for e in errors
-        if "loc" in e
-    ]
-
-
 def _imports() -> tuple[Any, Any, Any]:
     try:
         import fastapi
@@ -333,7 +323,8 @@ def _install_handlers(app: Any, opts: ServeOptions, fast: dict[str, Any]) -> Non
     async def invalid_request(request: Any, exc: Any) -> Any:
         # what was wrong and where; not the input itself, which may not even be valid JSON to
         # echo (a body of Infinity or NaN)
-        return JSONResponse({"detail": _errors(exc.errors())}, status_code=422)
+        errors = [{k: e[k] for k in ("loc", "msg", "type") if k in e} for e in exc.errors()]
+        return JSONResponse({"detail": errors}, status_code=422)
 
     @app.exception_handler(TimeoutError)
     async def late(request: Any, exc: Exception) -> Any:
@@ -524,8 +515,9 @@ def _set_connection_limits(options: ServeOptions) -> None:
 
 
 def server_config(app: Any, options: ServeOptions, **kwargs: Any) -> Any:
-    """The uvicorn config seqrec serves with: its guarded h11 protocol (seqrec.http_guard) with
-    `options`' connection limits, and uvicorn's keep-alive timer."""
+    """The uvicorn config seqrec serves with: its guarded HTTP protocol (seqrec.http_guard,
+    httptools or h11 as `options.http` says) with `options`' connection limits, and uvicorn's
+    keep-alive timer."""
     _, _, uvicorn = _imports()
     from seqrec.http_guard import guarded_protocol
 

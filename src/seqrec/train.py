@@ -422,10 +422,14 @@ def _fit(
     with torch_settings(cfg.train, device):
         # the model, its batches, loss and optimiser first: what they refuse leaves no file
         precision = state.get("precision") if state is not None else None
-        if r.distributed and precision is None:  # "auto" precisions timed on rank 0 alone
-            decided = setup(ds, cfg, device).precision if r.main else None
-            precision = broadcast(decided, r)
-        training = setup(ds, cfg, device, fresh=state is None, precision=precision)
+        # rank 0 first: its "auto" precisions, timed there, are every rank's
+        mine = setup(ds, cfg, device, fresh=state is None, precision=precision) if r.main else None
+        precision = broadcast(mine.precision if mine is not None else None, r)
+        training = (
+            mine
+            if mine is not None
+            else setup(ds, cfg, device, fresh=state is None, precision=precision)
+        )
         if state is None and r.main:
             _start(run, ds, cfg, source)
         loop = _LoopState.restored(state, training) if state is not None else _LoopState()

@@ -79,23 +79,6 @@ def cmd_refit(args: argparse.Namespace) -> int:
     return _train(args, cfg, data, source={"data": data, "refit_of": str(run)}, inputs=[data, run])
 
 
-def _prepare(
-    args: argparse.Namespace, cfg: RunConfig, data: str, *, progress: bool
-) -> PreparedDataset:
-    return prepare(data, data_cfg=cfg.data, eval_cfg=cfg.eval, force=args.force, progress=progress)
-
-
-def _check_and_prepare(
-    args: argparse.Namespace,
-    cfg: RunConfig,
-    data: str,
-    inputs: Sequence[str | Path],
-    out: list[PreparedDataset],
-) -> None:
-    check_run_out(Path(args.out), resume=args.resume, inputs=inputs)
-    out.append(_prepare(args, cfg, data, progress=not args.quiet))
-
-
 def _train(
     args: argparse.Namespace,
     cfg: RunConfig,
@@ -110,11 +93,22 @@ def _train(
     validate(cfg)  # before anything is prepared or written
     r = ranks()  # under torchrun: rank 0 checks, prepares, writes and reports
     with process_group(r, resolve_device(cfg.train.device)):
+
+        def check_and_prepare() -> PreparedDataset:
+            check_run_out(Path(args.out), resume=args.resume, inputs=inputs)
+            return prepare(
+                data,
+                data_cfg=cfg.data,
+                eval_cfg=cfg.eval,
+                force=args.force,
+                progress=not args.quiet,
+            )
+
         # rank 0 checks and prepares the data first (its error is every rank's); the others
         # then find it prepared
-        prepared: list[PreparedDataset] = []
-        on_main(r, lambda: _check_and_prepare(args, cfg, data, inputs, prepared))
-        ds = prepared[0] if r.main else _prepare(args, cfg, data, progress=False)
+        ds = on_main(r, check_and_prepare)
+        if ds is None:
+            ds = prepare(data, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=False)
         result = fit(
             ds,
             cfg,

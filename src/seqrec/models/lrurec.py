@@ -29,7 +29,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqrec.data.batches import NextItemConfig
-from seqrec.models.base import ModelEntry, SequenceModel, last_positions, next_item_batches
+from seqrec.models.base import (
+    ModelEntry,
+    Sampler,
+    SequenceModel,
+    last_positions,
+    next_item_batches,
+)
 from seqrec.models.dropout import DropoutKind, dropout
 
 if TYPE_CHECKING:
@@ -188,7 +194,7 @@ class LRURec(SequenceModel):
         return self.forward(last_positions(histories, self.max_len))[:, -1]
 
 
-def _batches(cfg: RunConfig, ds: PreparedDataset) -> object:
+def _batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
     return next_item_batches(cfg, ds, cfg.lrurec.max_len)
 
 
@@ -196,7 +202,7 @@ ENTRY = ModelEntry(
     name="lrurec",
     sections={"lrurec": LRURecConfig, "next_item": NextItemConfig},
     build=lambda n_items, n_users, cfg: LRURec(n_items, cfg.lrurec),
-    batches=_batches,  # type: ignore[arg-type]
+    batches=_batches,
     # the authors' trainer: AdamW at 1e-3, weight decay 0.01 (not on biases and LayerNorms),
     # eps 1e-9, gradients clipped at norm 5, batch 128, no schedule, full cross-entropy
     train_defaults={
