@@ -163,8 +163,9 @@ def test_a_killed_distributed_run_resumes_to_the_uninterrupted_one(
 ) -> None:
     more = ["train.max_epochs=60"]  # long enough to be killed mid-way
     full = tmp_path / "full"
-    proc = _torchrun(_argv(runs["data"], full, *more), stderr=subprocess.DEVNULL)
-    assert proc.wait(timeout=300) == 0
+    proc = _torchrun(_argv(runs["data"], full, *more), stderr=subprocess.PIPE)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err.decode()[-3000:]
     cut = tmp_path / "cut"
     proc = _torchrun(_argv(runs["data"], cut, *more), stderr=subprocess.DEVNULL)
     log = cut / "log.jsonl"

@@ -83,6 +83,9 @@ def process_group(r: Ranks, device: torch.device) -> Iterator[None]:
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     try:
         yield
+        # every rank leaves together (the others wait for rank 0's test pass and writes): no
+        # rank tears its end of the group down, or exits, under one still using it
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
