@@ -144,6 +144,10 @@ def test_two_ranks_on_half_batches_end_where_one_process_on_whole_batches_ends(
     assert [x["step"] for x in log_two] == [x["step"] for x in log_one]  # the same updates
     assert [x["sequences"] for x in log_two] == [x["sequences"] for x in log_one]
     assert [x["loss"] for x in log_two] == pytest.approx([x["loss"] for x in log_one], rel=1e-4)
+    valid = [k for k in log_one[-1] if k.startswith("valid_")]
+    assert valid and [x.get(valid[0]) for x in log_two] == pytest.approx(
+        [x.get(valid[0]) for x in log_one], abs=1e-3
+    )  # validated by both ranks, each on half of the users
     m1 = json.loads((runs["one"] / "metrics.json").read_text())
     m2 = json.loads((runs["two"] / "metrics.json").read_text())
     assert m2["test"]["full"] == pytest.approx(m1["test"]["full"], abs=1e-3)
@@ -186,3 +190,62 @@ def test_a_killed_distributed_run_resumes_to_the_uninterrupted_one(
     a, b = _weights(full), _weights(cut)
     for name in a:
         torch.testing.assert_close(b[name], a[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+SHARED_VALIDATION = """
+import json, sys
+import torch, torch.distributed as dist
+from seqrec import train as tr
+from seqrec.checkpoint import load_run
+from seqrec.data.prepared import load_prepared
+from seqrec.distributed import ranks
+
+r = ranks()
+dist.init_process_group("gloo")
+run = load_run(sys.argv[1])
+ds = load_prepared(run.source["prepared"])
+users = []
+real = tr.evaluate
+
+def counted(scorer, eval_set, **kw):
+    users.append(eval_set.users.tolist())
+    return real(scorer, eval_set, **kw)
+
+tr.evaluate = counted
+training = tr.setup(ds, tr._with_precision(run.config, False, False), fresh=False)
+training.model.load_state_dict(run.model.state_dict())
+value = tr._validate(training, ds, torch.device("cpu"), r)
+print(json.dumps({"rank": r.rank, "value": value, "users": users[0]}))
+dist.destroy_process_group()
+"""
+
+
+def test_validation_is_shared_by_user_between_the_ranks(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    # each rank ranks every other validation user, and the gathered ranks give every rank the
+    # metric one process computes over all the users
+    from seqrec import train as tr
+    from seqrec.checkpoint import load_run
+    from seqrec.data.prepared import load_prepared
+
+    run = load_run(runs["one"])
+    ds = load_prepared(run.source["prepared"])
+    training = tr.setup(ds, tr._with_precision(run.config, False, False), fresh=False)
+    training.model.load_state_dict(run.model.state_dict())
+    alone = tr._validate(training, ds, torch.device("cpu"))
+    script = tmp_path / "shared_validation.py"
+    script.write_text(SHARED_VALIDATION)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+    cmd += ["--master-addr", "127.0.0.1", "--master-port", str(_free_port())]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [*cmd, str(script), str(runs["one"])], env=env, capture_output=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    lines = [json.loads(x) for x in done.stdout.decode().splitlines() if x.startswith("{")]
+    by_rank = {x["rank"]: x for x in lines}
+    valid_users = ds.split.eval_set("valid").users.tolist()
+    assert by_rank[0]["users"] == valid_users[0::2] and by_rank[1]["users"] == valid_users[1::2]
+    assert by_rank[0]["value"] == by_rank[1]["value"] == pytest.approx(alone, abs=1e-12)
+    assert 0 < alone < 1

@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -8,10 +12,13 @@ from seqrec.checkpoint import build_model
 from seqrec.config import default_config
 from seqrec.data.candidates import _gumbel_top_n, item_popularity, sample_negatives
 from seqrec.data.preprocess import Sequences, preprocess
-from seqrec.data.split import leave_one_out
+from seqrec.data.split import EvalSet, leave_one_out
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.evaluate import evaluate, full_ranks, pad_histories
 from seqrec.models.baselines import Popularity
+
+# the module (the package's `seqrec.evaluate` is the function)
+ev = importlib.import_module("seqrec.evaluate")
 
 
 class TableScorer:
@@ -264,3 +271,89 @@ def test_histories_go_to_the_scorers_device_unless_told() -> None:
     # a model's device is its weights'
     model = build_model(default_config("sasrec"), n_items=6).to("meta")
     assert model.device == torch.device("meta")
+
+
+class TableBlocks:
+    """A TableScorer's rows read a few columns at a time, as `BlockScores` reads a model's."""
+
+    def __init__(self, scores: torch.Tensor) -> None:
+        self.scores = scores
+
+    def pairs(self, items: torch.Tensor) -> torch.Tensor:
+        return self.scores.gather(1, items).masked_fill(items == 0, -torch.inf)
+
+    def blocks(self, width: int) -> Iterator[tuple[int, torch.Tensor]]:
+        for lo in range(0, self.scores.shape[1], width):
+            yield lo, self.scores[:, lo : lo + width].clone()
+
+
+class BlockTableScorer(TableScorer):
+    blockwise = True
+
+    def block_scores(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> Any:
+        return TableBlocks(self.score(histories, users))
+
+
+def _ranks_whole_and_in_blocks(
+    scorer: TableScorer, eval_set: EvalSet, negs: dict[str, np.ndarray], monkeypatch: Any
+) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+    """Ranks scored whole, then in blocks of 3 items (a byte bound of 17 rows x 3 columns)."""
+    kw: dict[str, Any] = {"protocols": ["full", *negs], "negatives": negs, "batch_size": 17}
+    whole = evaluate(scorer, eval_set, **kw).ranks
+    blocked = BlockTableScorer(scorer.table.numpy(), eval_set.histories)
+    monkeypatch.setattr(ev, "SCORES_BYTES", 4 * 17 * 3)
+    assert ev.score_plan(blocked, eval_set.histories.n_items, 17) == (17, 3)
+    in_blocks = evaluate(blocked, eval_set, **kw).ranks
+    monkeypatch.undo()
+    return (
+        {p: r.tolist() for p, r in whole.items()},
+        {p: r.tolist() for p, r in in_blocks.items()},
+    )
+
+
+def test_ranks_scored_in_blocks_of_items_equal_the_whole_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # popularity counts (many ties) and a table of ties, NaN and +-inf: a catalogue read a few
+    # items at a time ranks every target as the whole-row pass does, under every protocol
+    pre = preprocess(synthetic_interactions(n_users=120, n_items=80, seed=5))
+    split = leave_one_out(pre.sequences)
+    hist = split.test.histories
+    gen = torch.Generator().manual_seed(1)
+    v = hist.n_items + 1
+    wild = torch.randint(0, 6, (hist.n_users, v), generator=gen).float()
+    for value in (torch.nan, torch.inf, -torch.inf):
+        wild[torch.rand(hist.n_users, v, generator=gen) < 0.05] = value
+    counts = Popularity.fit(split.train).counts.float().expand(hist.n_users, v).numpy()
+    negs = {
+        "uni100": sample_negatives(pre.sequences, split.test.users, n=30, seed=1),
+        "pop100": sample_negatives(
+            pre.sequences, split.test.users, n=30, weights=item_popularity(pre.sequences), seed=2
+        ),
+    }
+    for table in (counts, wild.numpy()):
+        whole, in_blocks = _ranks_whole_and_in_blocks(
+            TableScorer(table, hist), split.test, negs, monkeypatch
+        )
+        assert in_blocks == whole
+        assert len(set(whole["full"])) > 5  # not a degenerate case
+
+
+def test_a_model_scored_in_blocks_ranks_as_scored_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a model's own BlockScores (its output layer a slice at a time, the target's score its
+    # own dot product) ranks as its whole (B, V) scores do; a model is `blockwise`
+    pre = preprocess(synthetic_interactions(n_users=60, n_items=50, seed=2))
+    split = leave_one_out(pre.sequences)
+    torch.manual_seed(0)
+    model = build_model(default_config("sasrec"), n_items=pre.sequences.n_items).eval()
+    negs = {"uni100": sample_negatives(pre.sequences, split.test.users, n=30, seed=1)}
+    kw: dict[str, Any] = {"protocols": ["full", "uni100"], "negatives": negs, "batch_size": 16}
+    whole = evaluate(model, split.test, **kw)
+    # a million items: 256 rows in blocks of 16 MB, but 4 whole rows for a scorer that is not
+    assert ev.score_plan(model, 10**6, 256) == (256, 16384)
+    assert ev.score_plan(Popularity.fit(split.train), 10**6, 256) == (4, None)
+    monkeypatch.setattr(ev, "SCORES_BYTES", 4 * 16 * 7)
+    assert ev.score_plan(model, pre.sequences.n_items, 16) == (16, 7)
+    in_blocks = evaluate(model, split.test, **kw)
+    for p in ("full", "uni100"):
+        assert in_blocks.ranks[p].tolist() == whole.ranks[p].tolist()

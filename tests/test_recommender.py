@@ -15,6 +15,7 @@ import torch
 from seqrec.cli import main
 from seqrec.data.prepared import load_prepared
 from seqrec.evaluate import pad_histories
+from seqrec.models.base import BlockScores
 from seqrec.recommender import Recommender, UnknownItemsError
 
 MODELS = ["sasrec", "bert4rec"]
@@ -184,20 +185,34 @@ def test_titles_of_a_renumbered_user_item_file_join_through_its_map_or_are_refus
 def test_batches_are_bounded_by_the_catalogue_and_answer_the_same(
     rec: Recommender, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A catalogue's scores per batch stay within evaluation's byte bound: with a bound that
-    fits 3 rows, batches of 3 give the answers of one batch."""
+    """Past a byte bound that fits a few whole rows, the catalogue is read in blocks of items
+    (a block's top k merged into the running one): with a bound of 3 rows, blocks of 2
+    items give the top k of the whole catalogue, with and without the seen items, within
+    candidates, and for an empty history (the popularity)."""
     histories = [rec.encode(rec.item_ids[i : i + 5]).ids for i in range(0, 40, 4)]
-    want = rec.recommend_encoded(histories, 5)
-    calls: list[int] = []
-    real = rec._scores
+    histories.append(np.zeros(0, dtype=np.int64))
+    candidates = rec.item_ids[::3]
+    want = {
+        (exclude, cands is None): rec.recommend_encoded(histories, 7, exclude, candidates=cands)
+        for exclude in (True, False)
+        for cands in (None, candidates)
+    }
+    widths: list[int] = []
+    real = BlockScores.blocks
 
-    def counted(items: Any, starts: Any, ends: Any, users: Any = None) -> Any:
-        calls.append(len(starts))
-        return real(items, starts, ends, users)
+    def counted(self: BlockScores, width: int) -> Any:
+        for lo, block in real(self, width):
+            widths.append(block.shape[1])
+            yield lo, block
 
     monkeypatch.setattr(rec, "scores_bytes", 3 * 4 * (rec.n_items + 1))
-    monkeypatch.setattr(rec, "_scores", counted)
-    got = rec.recommend_encoded(histories, 5)
-    for g, w in zip(got, want, strict=True):
-        _same(g, w)  # the same items, scores to float rounding (other batch shapes)
-    assert max(calls) == 3 and sum(calls) == len(histories)
+    monkeypatch.setattr(rec, "_scores", None)  # the whole-row path is not taken
+    monkeypatch.setattr(BlockScores, "blocks", counted)
+    for (exclude, whole), w in want.items():
+        got = rec.recommend_encoded(histories, 7, exclude, candidates=None if whole else candidates)
+        for g, one in zip(got[:-1], w[:-1], strict=True):
+            _same(g, one)  # the same items, scores to float rounding (other matmul shapes)
+        # popularity counts tie: the same counts (which of the tied items comes first may vary)
+        assert [v for _, v in got[-1]] == [v for _, v in w[-1]]
+    assert max(widths) == 3 * (rec.n_items + 1) // rec.batch_size < rec.n_items
+    assert sum(widths) == 4 * (rec.n_items + 1)  # each pass covers the catalogue once

@@ -8,7 +8,8 @@ N ranks, every rank builds each batch of the epoch's one seeded order, the same 
 and trains on its share of the rows (`shard`); each share's mean loss is weighted by its share
 of the batch's targets, so the gradients DDP averages are those of one process training on the
 whole batch: `train.batch_size` is the global batch. Rank 0 alone writes the run directory and
-reports progress; it validates, decides when the run stops (the time budget, patience) and
+reports progress; validation is shared, each rank ranking its share of the users (`all_gather`
+puts the ranks back together); rank 0 decides when the run stops (the time budget, patience) and
 tells the others (`broadcast`), so every rank takes the same steps with the same learning rate.
 """
 
@@ -31,6 +32,7 @@ T = TypeVar("T")
 
 __all__ = [
     "Ranks",
+    "all_gather",
     "all_mean",
     "barrier",
     "broadcast",
@@ -123,6 +125,15 @@ def all_mean(value: float, r: Ranks, device: torch.device) -> float:
     t = torch.tensor([value], dtype=torch.float64, device=device)
     dist.all_reduce(t)
     return float(t.item()) / r.world
+
+
+def all_gather(value: T, r: Ranks) -> list[T]:
+    """Every rank's `value` (any picklable object), in rank order, on every rank."""
+    if not r.distributed:
+        return [value]
+    out: list[Any] = [None] * r.world
+    dist.all_gather_object(out, value)
+    return out
 
 
 def on_main(r: Ranks, fn: Callable[[], T]) -> T | None:

@@ -23,10 +23,11 @@ worst rank under every protocol, never a perfect one.
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 import polars as pl
@@ -43,6 +44,7 @@ from seqrec.data.preprocess import Sequences, left_pad
 from seqrec.data.split import EvalSet
 from seqrec.errors import DataError
 from seqrec.metrics import DEFAULT_KS, paired_test, summarize
+from seqrec.models.base import BlockScores
 from seqrec.progress import Progress
 from seqrec.provenance import atomic_write
 
@@ -51,6 +53,7 @@ __all__ = [
     "compare_reports",
     "PROTOCOLS",
     "SAMPLED_PROTOCOLS",
+    "BlockScorer",
     "EvalReport",
     "Scorer",
     "evaluate",
@@ -61,6 +64,7 @@ __all__ = [
     "parse_protocols",
     "sample_negatives",
     "save_ranks",
+    "score_plan",
 ]
 
 
@@ -79,6 +83,34 @@ class Scorer(Protocol):
     def max_len(self) -> int | None: ...
 
     def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor: ...
+
+
+class BlockScorer(Scorer, Protocol):
+    """A scorer that can also give its scores a block of items at a time (`BlockScores`), for
+    catalogues whose (rows, catalogue) score matrix would be too large: a model whose score is a
+    dot product with its output layer (`SequenceModel.blockwise`)."""
+
+    @property
+    def blockwise(self) -> bool: ...
+
+    def block_scores(
+        self, histories: torch.Tensor, users: torch.Tensor | None = None
+    ) -> BlockScores: ...
+
+
+def score_plan(
+    scorer: Scorer, n_items: int, batch_size: int, scores_bytes: int | None = None
+) -> tuple[int, int | None]:
+    """How a batch of histories is scored: (rows per call, items per block, or None when each
+    call scores the whole catalogue). Whole rows while at least `BLOCK_ROWS` rows (or the
+    batch) fit in `scores_bytes` (default `SCORES_BYTES`); past that, a blockwise scorer keeps
+    `batch_size` rows and reads the catalogue in blocks of that many bytes (its output layer is
+    then read once per batch, not once per few rows), and any other scorer takes fewer rows."""
+    budget = SCORES_BYTES if scores_bytes is None else scores_bytes
+    whole = budget // (4 * (n_items + 1))
+    if whole >= min(batch_size, BLOCK_ROWS) or not getattr(scorer, "blockwise", False):
+        return max(1, min(batch_size, whole)), None
+    return batch_size, max(1, budget // (4 * batch_size))
 
 
 def parse_protocols(text: str | Sequence[str]) -> tuple[str, ...]:
@@ -105,6 +137,9 @@ def pad_histories(seqs: Sequences, rows: np.ndarray, max_len: int | None = None)
 # is a fresh allocation above glibc's mmap threshold (32 MB at most) on every call, paid again in
 # page faults each time (benchmarks/eval_speed.py measures a whole validation pass).
 SCORES_BYTES = 16 << 20
+# Fewer whole-catalogue rows than this per call (a catalogue over 65,535 items), and a blockwise
+# scorer reads the catalogue in blocks instead (`score_plan`)
+BLOCK_ROWS = 64
 
 
 @dataclass
@@ -131,6 +166,25 @@ def full_ranks(scores: torch.Tensor, t_score: torch.Tensor, excluded: torch.Tens
     distinct = torch.ones_like(ex, dtype=torch.bool)
     distinct[:, 1:] = ex[:, 1:] != ex[:, :-1]
     return (not_below - (~(scores.gather(1, ex) < t_score) & distinct).sum(1)).long()
+
+
+def _block_full_ranks(
+    blocks: BlockScores, width: int, t_score: torch.Tensor, excluded: torch.Tensor
+) -> torch.Tensor:
+    """`full_ranks` over scores read a block of items at a time: in each block, the items not
+    below the target's score, the excluded ones (and the padding column) left out. The target
+    is among the excluded, so its own column never counts, whatever the rounding of the block's
+    product against the target's own score."""
+    ex = torch.cat([torch.zeros_like(excluded[:, :1]), excluded], 1)
+    rank = torch.zeros(ex.shape[0], dtype=torch.int64, device=ex.device)
+    for lo, block in blocks.blocks(width):
+        c = block.shape[1]
+        local = ex - lo
+        local = torch.where((local >= 0) & (local < c), local, c)  # outside: a spare column
+        out = torch.zeros(block.shape[0], c + 1, dtype=torch.bool, device=block.device)
+        out.scatter_(1, local, True)
+        rank += (~(block < t_score) & ~out[:, :c]).sum(1)
+    return rank
 
 
 @torch.no_grad()
@@ -162,24 +216,33 @@ def evaluate(
     order = np.argsort(hist.lengths, kind="stable")
     bar = Progress(n_eval, f"evaluate {eval_set.split}", unit="user", enabled=progress)
     bar.note(f"evaluate {eval_set.split}: {n_eval:,} users under {', '.join(protocols)}")
-    step = max(1, min(batch_size, SCORES_BYTES // (4 * (hist.n_items + 1))))
+    step, width = score_plan(scorer, hist.n_items, batch_size)
     for lo in range(0, n_eval, step):
         rows = order[lo : lo + step]
         inputs = torch.from_numpy(pad_histories(hist, rows, scorer.max_len)).to(device)
         users = torch.from_numpy(eval_set.users[rows]).to(device)
-        scores = scorer.score(inputs, users).float()  # (B, V)
         targets = torch.from_numpy(eval_set.targets[rows]).to(device)
-        t_score = scores.gather(1, targets[:, None])  # (B, 1)
+        if width is None:
+            scores = scorer.score(inputs, users).float()  # (B, V)
+            gather: Callable[[torch.Tensor], torch.Tensor] = partial(torch.gather, scores, 1)
+        else:
+            blocks = cast("BlockScorer", scorer).block_scores(inputs, users)
+            gather = blocks.pairs
+        t_score = gather(targets[:, None])  # (B, 1)
         # a non-finite target score ranks last: every candidate ties or beats -inf
         t_score = torch.where(torch.isfinite(t_score), t_score, -torch.inf)
         for p in protocols:
             if p == "full":
                 seen = torch.from_numpy(pad_histories(hist, rows)).to(device)  # whole history
-                rank = full_ranks(scores, t_score, torch.cat([seen, targets[:, None]], 1))
+                excluded = torch.cat([seen, targets[:, None]], 1)
+                if width is None:
+                    rank = full_ranks(scores, t_score, excluded)
+                else:
+                    rank = _block_full_ranks(blocks, width, t_score, excluded)
             else:
                 assert negatives is not None
                 negs = torch.from_numpy(negatives[p][rows]).to(device)  # (B, N)
-                rival = scores.gather(1, negs)  # (B, N)
+                rival = gather(negs)  # (B, N)
                 rank = (~(rival < t_score) & (negs != 0)).sum(1)
             ranks[p][rows] = rank.cpu().numpy()
         bar.update(len(rows))

@@ -37,7 +37,7 @@ from seqrec.data.io import detect_format, read_interactions
 from seqrec.data.prepared import PreparedDataset, load_prepared
 from seqrec.data.preprocess import left_pad
 from seqrec.errors import ConfigError, DataError, SeqrecError
-from seqrec.evaluate import SCORES_BYTES
+from seqrec.evaluate import SCORES_BYTES, score_plan
 from seqrec.provenance import atomic_write
 from seqrec.rundir import RunDir
 
@@ -256,8 +256,9 @@ class Recommender:
         # batches of similar lengths pad little; the answers go back to the input order
         order = np.argsort([len(h) for h in histories], kind="stable")
         bar = tqdm(total=len(histories), desc="recommend", unit="history", disable=not progress)
-        # rows a batch, so that its (rows, catalogue) scores stay within evaluation's bound
-        step = max(1, min(self.batch_size, self.scores_bytes // (4 * (self.n_items + 1))))
+        # rows a batch, so that its (rows, catalogue) scores stay within evaluation's bound; a
+        # catalogue too large for that is read in blocks of items (evaluate.score_plan)
+        step, width = score_plan(self.model, self.n_items, self.batch_size, self.scores_bytes)
         for lo in range(0, len(histories), step):
             if deadline is not None and time.monotonic() > deadline:
                 bar.close()
@@ -265,14 +266,20 @@ class Recommender:
             rows = order[lo : lo + step]
             items, starts, ends = _csr([histories[r] for r in rows])
             user_rows = None if users is None else np.asarray(users, dtype=np.int64)[rows]
-            scores = self._scores(items, starts, ends, user_rows)  # (B, n + 1)
-            if exclude_seen:  # every item of the whole history, not only the last max_len
-                seen = left_pad(items, starts, ends, max(1, int((ends - starts).max())))
-                scores.scatter_(1, torch.from_numpy(seen).to(self.device), -torch.inf)
-            if allowed is not None:
-                scores[:, ~allowed] = -torch.inf
-            top = torch.topk(scores, k, dim=1)
-            values, indices = top.values.cpu().numpy(), top.indices.cpu().numpy()
+            # every item of the whole history, not only the last max_len
+            seen = (
+                torch.from_numpy(
+                    left_pad(items, starts, ends, max(1, int((ends - starts).max())))
+                ).to(self.device)
+                if exclude_seen
+                else None
+            )
+            if width is None:
+                scores = self._scores(items, starts, ends, user_rows)  # (B, n + 1)
+                top = _masked_top(scores, 0, k, seen, allowed)
+            else:
+                top = self._block_top(items, starts, ends, user_rows, k, width, seen, allowed)
+            values, indices = top[0].cpu().numpy(), top[1].cpu().numpy()
             for r, v_row, i_row in zip(rows, values, indices, strict=True):
                 keep = np.isfinite(v_row)  # fewer than k items may remain
                 out[r] = [
@@ -282,6 +289,45 @@ class Recommender:
             bar.update(len(rows))
         bar.close()
         return out
+
+    def _block_top(
+        self,
+        items: np.ndarray,
+        starts: np.ndarray,
+        ends: np.ndarray,
+        users: np.ndarray | None,
+        k: int,
+        width: int,
+        seen: torch.Tensor | None,
+        allowed: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The top k of each history over the catalogue read `width` items at a time: each
+        block's own top k merged into the running one (only (B, 2k) scores are kept)."""
+        inputs = self._inputs(items, starts, ends)
+        user_t = None if users is None else torch.from_numpy(users).to(self.device)
+        blocks = self.model.block_scores(inputs, user_t, bf16=self.bf16)
+        empty = torch.from_numpy(ends == starts).to(self.device)
+        pop = torch.from_numpy(self.popularity).to(self.device)
+        best: tuple[torch.Tensor, torch.Tensor] | None = None
+        for lo, block in blocks.blocks(width):
+            if bool(empty.any()):  # an empty history gets the training popularity
+                block[empty] = pop[lo : lo + block.shape[1]]
+                if lo == 0:
+                    block[empty, 0] = -torch.inf
+            top = _masked_top(block, lo, k, seen, allowed)
+            if best is not None:
+                values = torch.cat([best[0], top[0]], 1)
+                values, at = values.topk(min(k, values.shape[1]), dim=1)
+                top = (values, torch.cat([best[1], top[1]], 1).gather(1, at))
+            best = top
+        assert best is not None
+        return best
+
+    def _inputs(self, items: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> torch.Tensor:
+        """(B, L) the most recent max_len items of each history, left-padded."""
+        longest = int((ends - starts).max(initial=0))
+        width = max(1, min(longest, self.max_len or longest))
+        return torch.from_numpy(left_pad(items, starts, ends, width)).to(self.device)
 
     @torch.no_grad()
     def scores(self, histories: Sequence[np.ndarray]) -> torch.Tensor:
@@ -297,10 +343,7 @@ class Recommender:
         users: np.ndarray | None = None,
     ) -> torch.Tensor:
         lengths = ends - starts
-        longest = int(lengths.max(initial=0))
-        width = max(1, min(longest, self.max_len or longest))
-        batch = left_pad(items, starts, ends, width)  # (B, L): the most recent max_len items
-        inputs = torch.from_numpy(batch).to(self.device)
+        inputs = self._inputs(items, starts, ends)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             user_t = None if users is None else torch.from_numpy(users).to(self.device)
             scores = self.model.score(inputs, user_t).float()
@@ -337,6 +380,28 @@ class Recommender:
             "git_commit": m.get("git_commit"),
             "unknown_items": self.unknown,
         }
+
+
+def _masked_top(
+    scores: torch.Tensor,
+    first: int,
+    k: int,
+    seen: torch.Tensor | None,
+    allowed: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(values, item ids) of the top min(k, c) of `scores`, (B, c) columns first..first + c - 1
+    of the catalogue's, after setting (in place) the `seen` ids (B, H) and the items not
+    `allowed` (a mask over the whole catalogue) to -inf."""
+    c = scores.shape[1]
+    if seen is not None:  # in place
+        local = seen - first
+        inside = (local >= 0) & (local < c)
+        row = torch.arange(scores.shape[0], device=scores.device)[:, None].expand_as(local)
+        scores[row[inside], local[inside]] = -torch.inf
+    if allowed is not None:
+        scores[:, ~allowed[first : first + c]] = -torch.inf
+    values, at = torch.topk(scores, min(k, c), dim=1)
+    return values, at + first
 
 
 def _csr(histories: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -42,6 +42,7 @@ from seqrec.data.prepared import PreparedDataset
 from seqrec.data.split import Split
 from seqrec.distributed import (
     Ranks,
+    all_gather,
     all_mean,
     broadcast,
     broadcast_float,
@@ -52,9 +53,10 @@ from seqrec.distributed import (
     shard,
 )
 from seqrec.errors import ConfigError, TrainingError
-from seqrec.evaluate import PROTOCOLS, parse_protocols
+from seqrec.evaluate import PROTOCOLS, evaluate, parse_protocols
 from seqrec.losses import LossSpec, full_cross_entropy, model_loss
-from seqrec.models.base import Sampler, SequenceModel
+from seqrec.metrics import summarize
+from seqrec.models.base import BlockScores, Sampler, SequenceModel
 from seqrec.outputs import check_out_dir
 from seqrec.progress import Progress
 from seqrec.provenance import cpu_flags, git_commit, git_diff, machine
@@ -280,6 +282,15 @@ class ModelScorer:
     def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             return self.model.score(histories, users).float()
+
+    @property
+    def blockwise(self) -> bool:
+        return self.model.blockwise
+
+    def block_scores(
+        self, histories: torch.Tensor, users: torch.Tensor | None = None
+    ) -> BlockScores:
+        return self.model.block_scores(histories, users, bf16=self.bf16)
 
 
 @dataclass
@@ -620,10 +631,10 @@ def _train(
             }
             last = epoch == t.max_epochs - 1 or loop.step >= total_steps
             if validating and ((epoch + 1) % t.eval_every == 0 or last or out_of_time):
-                # of a finite state (checked above): never a diverged one; on rank 0, which
-                # tells the others (they keep the same best epoch and patience)
-                value = _validate(training, ds, device) if r.main else 0.0
-                value = broadcast_float(value, r, device)
+                # of a finite state (checked above): never a diverged one; each rank ranks its
+                # share of the users, and rank 0's value is every rank's (they keep the same
+                # best epoch and patience)
+                value = broadcast_float(_validate(training, ds, device, r), r, device)
                 line[f"valid_{val_protocol}_{t.val_metric}"] = value
                 loop.record(value, epoch, model)
             loop.elapsed = time.perf_counter() - started
@@ -729,22 +740,34 @@ def _bar(
     )
 
 
-def _validate(training: Training, ds: PreparedDataset, device: torch.device) -> float:
-    """The validation metric of the model as it stands (back in training mode after)."""
-    cfg, model = training.cfg, training.model
+def _validate(
+    training: Training, ds: PreparedDataset, device: torch.device, r: Ranks | None = None
+) -> float:
+    """The validation metric of the model as it stands (back in training mode after). In a
+    distributed run each rank ranks every world-th user, from its rank on, and the ranks are
+    gathered: the metric is the one of all users, on every rank."""
+    cfg, model, r = training.cfg, training.model, r or Ranks()
     t = cfg.train
     protocol = parse_protocols(t.val_protocol)[0]
+    eval_set, negatives = ds.split.eval_set("valid"), ds.negatives("valid")
+    rows = np.arange(r.rank, len(eval_set.targets), r.world)
     model.eval()
-    report = ds.evaluate(
+    report = evaluate(
         training.scorer(device),
-        "valid",
+        eval_set.take(rows) if r.distributed else eval_set,
         protocols=(protocol,),
+        negatives={p: n[rows] for p, n in negatives.items()} if r.distributed else negatives,
         ks=cfg.eval.ks,
         batch_size=cfg.eval.batch_size,
         device=device,
     )
     model.train()
-    return float(report.metrics[protocol][t.val_metric])
+    ranks = report.ranks[protocol]
+    if r.distributed:
+        ranks = np.empty(len(eval_set.targets), dtype=np.int64)
+        for rank, part in enumerate(all_gather(report.ranks[protocol], r)):
+            ranks[rank :: r.world] = part
+    return float(summarize(ranks, cfg.eval.ks)[t.val_metric])
 
 
 def _compare_with_pop(

@@ -53,6 +53,10 @@ class EvalSet:
     histories: Sequences  # row e: the input of users[e], oldest first
     targets: np.ndarray  # (E,) internal item id
 
+    def take(self, rows: np.ndarray) -> EvalSet:
+        """The users at `rows` (positions in this set), in that order."""
+        return EvalSet(self.split, self.users[rows], self.histories.take(rows), self.targets[rows])
+
 
 @dataclass(frozen=True)
 class LeaveOneOut:
