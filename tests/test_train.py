@@ -3,10 +3,12 @@ it loads, resumes exactly, and respects its time budget."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -533,3 +535,28 @@ def test_a_run_not_above_pop_on_validation_says_so(
         > trained.metrics["valid_pop"]["full"]["ndcg@10"]
     )
     assert trained.metrics["valid_pop"] == untrained.metrics["valid_pop"]  # the same data
+
+
+def test_a_sample_of_users_is_evaluated_the_same_one_at_every_split(
+    toy: PreparedDataset, tmp_path: Path
+) -> None:
+    # eval.sample_users = 40 of 300: validation and test rank the same 40 users (a seeded draw),
+    # the run's metrics are theirs and say how many; another seed draws other users
+    valid, negs = toy.eval_data("valid", 40, seed=7)
+    test, _ = toy.eval_data("test", 40, seed=7)
+    assert len(valid.users) == 40 and valid.users.tolist() == test.users.tolist()
+    assert valid.users.tolist() == sorted(np.random.default_rng(7).permutation(300)[:40])
+    whole = toy.split.eval_set("valid")
+    at = valid.users  # leave-one-out: every user is evaluated, row u is user u
+    assert valid.targets.tolist() == whole.targets[at].tolist()
+    assert negs["uni100"].tolist() == toy.negatives("valid")["uni100"][at].tolist()
+    assert toy.eval_data("valid", 40, seed=8)[0].users.tolist() != valid.users.tolist()
+    assert toy.eval_data("valid", 0)[0] is whole
+    cfg = _config(max_epochs=2, eval_every=1)
+    cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, sample_users=40))
+    result = fit(toy, cfg, tmp_path / "run", progress=False)
+    assert result.metrics["eval_sample_users"] == {"valid": 40, "test": 40}
+    again = toy.evaluate(result.model, "test", sample_users=40, seed=cfg.eval.negative_seed)
+    assert result.metrics["test"]["full"] == pytest.approx(again.metrics["full"], abs=1e-6)
+    everyone = toy.evaluate(result.model, "test", protocols=["full"])
+    assert everyone.metrics["full"] != again.metrics["full"]

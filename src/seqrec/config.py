@@ -769,6 +769,7 @@ _RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = {
     "threads": (0, None, False, False),
     "seed": (0, None, False, False),
     "negative_seed": (0, None, False, False),
+    "sample_users": (0, None, False, False),
     "min_user_interactions": (1, None, False, False),
     "min_item_interactions": (1, None, False, False),
 }

@@ -749,7 +749,8 @@ def _validate(
     cfg, model, r = training.cfg, training.model, r or Ranks()
     t = cfg.train
     protocol = parse_protocols(t.val_protocol)[0]
-    eval_set, negatives = ds.split.eval_set("valid"), ds.negatives("valid")
+    e = cfg.eval
+    eval_set, negatives = ds.eval_data("valid", e.sample_users, e.negative_seed)
     rows = np.arange(r.rank, len(eval_set.targets), r.world)
     model.eval()
     report = evaluate(
@@ -787,6 +788,8 @@ def _compare_with_pop(
         ks=cfg.eval.ks,
         batch_size=cfg.eval.batch_size,
         device=device,
+        sample_users=cfg.eval.sample_users,
+        seed=cfg.eval.negative_seed,
     )
     pop = float(report.metrics[protocol][t.val_metric])
     ours = float(metrics["valid"][protocol][t.val_metric])
@@ -835,8 +838,15 @@ def _test(
             ks=cfg.eval.ks,
             batch_size=cfg.eval.batch_size,
             device=device,
+            sample_users=cfg.eval.sample_users,
+            seed=cfg.eval.negative_seed,
         )
         metrics[split] = report.metrics
+        if cfg.eval.sample_users:  # metrics of a sample of the users: said beside them
+            metrics["eval_sample_users"] = {
+                **metrics.get("eval_sample_users", {}),
+                split: len(report.users),
+            }
     if validating:
         _compare_with_pop(metrics, cfg, ds, device)
     history = loop.history

@@ -69,6 +69,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         batch_size=cfg.eval.batch_size,
         device=device,
         progress=not args.quiet,
+        sample_users=cfg.eval.sample_users,
+        seed=cfg.eval.negative_seed,
     )
     _print_report(args, report, name, ds)
     return 0

@@ -44,6 +44,7 @@ from seqrec.data.preprocess import (
 )
 from seqrec.data.settings import DataConfig, EvalConfig
 from seqrec.data.split import (
+    EvalSet,
     LeaveOneOut,
     Split,
     leave_one_out,
@@ -121,6 +122,20 @@ class PreparedDataset:
         """The stored sampled candidates of one split, by protocol."""
         return {p: self._negatives[f"{split}_{p}"] for p in SAMPLED_PROTOCOLS}
 
+    def eval_data(
+        self, split: Split, sample_users: int = 0, seed: int = 42
+    ) -> tuple[EvalSet, dict[str, np.ndarray]]:
+        """One split's users, histories and targets with their stored candidates; with
+        `sample_users` N > 0, only the split's users among a seeded sample of N of all users (the
+        same sample for validation and test, in user order)."""
+        eval_set, negatives = self.split.eval_set(split), self.negatives(split)
+        if 0 < sample_users < len(eval_set.targets):
+            chosen = np.random.default_rng(seed).permutation(self.n_users)[:sample_users]
+            rows = np.flatnonzero(np.isin(eval_set.users, chosen))
+            eval_set = eval_set.take(rows)
+            negatives = {p: n[rows] for p, n in negatives.items()}
+        return eval_set, negatives
+
     def evaluate(
         self,
         scorer: Scorer,
@@ -131,16 +146,20 @@ class PreparedDataset:
         batch_size: int = 256,
         device: str | torch.device | None = None,
         progress: bool = False,
+        sample_users: int = 0,
+        seed: int = 42,
     ) -> EvalReport:
         """Evaluate a scorer on one split against this dataset's stored candidates (a shortcut to
-        `seqrec.evaluate.evaluate`, imported here so that the data layer does not depend on it)."""
+        `seqrec.evaluate.evaluate`, imported here so that the data layer does not depend on it);
+        `sample_users`, `seed`: see `eval_data`."""
         from seqrec.evaluate import evaluate
 
+        eval_set, negatives = self.eval_data(split, sample_users, seed)
         return evaluate(
             scorer,
-            self.split.eval_set(split),
+            eval_set,
             protocols=protocols,
-            negatives=self.negatives(split),
+            negatives=negatives,
             ks=ks,
             batch_size=batch_size,
             device=device,

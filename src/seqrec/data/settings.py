@@ -45,3 +45,7 @@ class EvalConfig:
     n_negatives: int = 100
     negative_seed: int = 42  # the sampled candidates are drawn once per prepared dataset
     batch_size: int = 256
+    # 0: every user of a split is ranked. N > 0: the same N users of each split (a seeded sample,
+    # `negative_seed`), for logs too large to rank every user at each validation; a run's
+    # metrics then record `eval_sample_users`
+    sample_users: int = 0
