@@ -39,6 +39,7 @@ SCRIPT_AREA = {
     "probes": "bert4rec",
     "recipes": "recipes",
     "sasrec_ml1m": "sasrec",
+    "scale": "performance",
     "serve_load": "performance",
     "speed_options_quality": "performance",
     "target_counts": "evaluation",

@@ -1,0 +1,344 @@
+"""At scale, each stage in its own process: its wall time and peak resident memory (the
+process's own maximum RSS).
+
+    python benchmarks/scale.py catalogue [--users 1000000] [--items 1000000] [--budget 10m]
+        [--eval-users 10000] [--serve-seconds 10] [--workdir DIR] [--name scale_catalogue]
+    python benchmarks/scale.py ml-20m [--data ratings.csv] [--budget 10m] [--workdir DIR]
+        [--name scale_ml20m]
+
+`catalogue`: a synthetic log of a million users over a million items (Zipf-like popularity,
+10-40 items a user; no k-core on items, so every item that occurs stays in the catalogue):
+prepare; one epoch of SASRec (the `sasrec-ce` recipe's model) trained with a sampled softmax
+(1,024 negatives shared by each batch, logQ-corrected) under the budget, validated and tested
+on a seeded sample of users (`eval.sample_users`); that run's test split evaluated again alone
+(full ranking and the two sampled protocols; seconds per 1,000 users); `seqrec serve` on the
+run under wrk (8 connections, real histories of the log).
+
+`ml-20m`: the ML-20M-format synthetic `ratings.csv` of benchmarks/prepare_scale.py (138,493
+users, 26,744 items, 20,000,263 ratings), or the real file with --data; prepare; BERT4Rec
+(`ml-20m-bert4rec`) and SASRec+CE (`ml-20m-sasrec-ce`) each under the budget, every user of
+validation and test ranked under the three protocols at the end (the `seqrec train` run's own
+evaluation, timed from its log).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from _common import write_results
+
+
+def _stage(name: str, cmd: list[str], log: Path) -> dict[str, Any]:
+    """Run `cmd` to its end (its output to `log`): wall seconds and the process's peak RSS."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    start = time.perf_counter()
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        sys.exit(f"{name} failed ({proc.returncode}):\n{log.read_text()[-3000:]}")
+    print(f"{name}: {wall:.1f} s, peak RSS {usage.ru_maxrss / 2**20:.2f} GiB", flush=True)
+    return {
+        "stage": name,
+        "wall_s": round(wall, 2),
+        "peak_rss_gib": round(usage.ru_maxrss / 2**20, 3),
+    }
+
+
+def _seqrec(*argv: str) -> list[str]:
+    return [sys.executable, "-m", "seqrec", *argv]
+
+
+def _this(*argv: str) -> list[str]:
+    return [sys.executable, __file__, *argv]
+
+
+def make_catalogue(path: Path, users: int, items: int, seed: int) -> None:
+    """The synthetic log of `catalogue`, as Parquet (user, item, timestamp)."""
+    from seqrec.data.synthetic import synthetic_interactions
+
+    df = synthetic_interactions(n_users=users, n_items=items, min_len=10, max_len=40, seed=seed)
+    df.select("user", "item", "timestamp").write_parquet(path)
+
+
+def evaluate_test(run: str, users: int) -> None:
+    """The run's test split, its sampled users, under every protocol: seconds (printed)."""
+    from seqrec.checkpoint import load_run
+    from seqrec.data.prepared import load_prepared
+
+    loaded = load_run(run)
+    ds = load_prepared(loaded.source["prepared"])
+    cfg = loaded.config
+    start = time.perf_counter()
+    report = ds.evaluate(
+        loaded.model.eval(),
+        "test",
+        batch_size=cfg.eval.batch_size,
+        sample_users=users,
+        seed=cfg.eval.negative_seed,
+    )
+    seconds = time.perf_counter() - start
+    print(json.dumps({"users": len(report.users), "seconds": seconds, "metrics": report.metrics}))
+
+
+def _json_line(log: Path) -> dict[str, Any]:
+    return json.loads(next(x for x in log.read_text().splitlines()[::-1] if x.startswith("{")))
+
+
+def _run_summary(run: Path) -> dict[str, Any]:
+    """What a finished `seqrec train` run records: epochs, speed, its evaluation's seconds and
+    test metrics."""
+    from seqrec.rundir import RunDir
+
+    rd = RunDir(run)
+    metrics, log = rd.metrics() or {}, rd.log()
+    return {
+        "epochs": metrics.get("epochs"),
+        "steps": metrics.get("steps"),
+        "stopped": metrics.get("stopped"),
+        "seq_per_s": metrics.get("seq_per_s"),
+        "train_time_s": metrics.get("train_time_s"),
+        "wall_time_s": metrics.get("wall_time_s"),
+        # validation, POP's validation and the test split, after the last epoch's end
+        "final_evaluation_s": (metrics.get("wall_time_s") or 0)
+        - (log[-1]["elapsed_s"] if log else 0),
+        "eval_sample_users": metrics.get("eval_sample_users"),
+        "valid": metrics.get("valid"),
+        "test": metrics.get("test"),
+    }
+
+
+def _serve(run: Path, seconds: float, histories: list[list[Any]]) -> dict[str, Any]:
+    """`seqrec serve RUN` (defaults) under wrk, serve_load's measurement."""
+    import serve_load
+
+    args = SimpleNamespace(
+        run=str(run), workers=1, client="wrk", seconds=seconds, clients=8, new_connections=False
+    )
+    bodies = [{"history": h[-200:], "k": 10} for h in histories]
+    return serve_load._load(args, [], bodies)
+
+
+def catalogue(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    log = work / "log.parquet"
+    prep, run = work / "prepared", work / "run"
+    stages = [
+        _stage(
+            "generate",
+            _this("--make-catalogue", str(log), str(args.users), str(args.items)),
+            work / "generate.log",
+        ),
+        _stage(
+            "prepare",
+            _seqrec(
+                "prepare",
+                "--data",
+                str(log),
+                "--out",
+                str(prep),
+                "--quiet",
+                "--min-item-interactions",
+                "1",
+            ),
+            work / "prepare.log",
+        ),
+    ]
+    sets = [
+        'train.loss="sampled_softmax"',
+        "train.n_negatives=1024",
+        'train.negatives_per="batch"',
+        "train.logq=true",
+        "train.max_epochs=1",
+        f"eval.sample_users={args.eval_users}",
+        "sasrec.max_len=50",
+        "train.batch_size=256",
+    ]
+    cmd = _seqrec(
+        "train",
+        "sasrec",
+        "--data",
+        str(prep),
+        "--out",
+        str(run),
+        "--quiet",
+        "--config",
+        "sasrec-ce",
+        "--time-budget",
+        args.budget,
+    )
+    stages.append(
+        _stage("train", cmd + [x for s in sets for x in ("--set", s)], work / "train.log")
+    )
+    stages.append(
+        _stage(
+            "evaluate", _this("--evaluate", str(run), str(args.eval_users)), work / "evaluate.log"
+        )
+    )
+    evaluated = _json_line(work / "evaluate.log")
+    from seqrec.data.prepared import load_prepared
+
+    ds = load_prepared(prep)
+    rng = np.random.default_rng(0)
+    picks = rng.choice(ds.n_users, size=2000, replace=False)
+    histories = [[ds.item_ids[i - 1] for i in ds.sequences[u]] for u in picks]
+    served = _serve(run, args.serve_seconds, histories)
+    return {
+        "users": ds.n_users,
+        "items": ds.n_items,
+        "interactions": int(len(ds.sequences.items)),
+        "stages": stages,
+        "run": _run_summary(run),
+        "evaluation": {
+            **evaluated,
+            "seconds_per_1000_users": evaluated["seconds"] / evaluated["users"] * 1000,
+        },
+        "serve": served,
+    }
+
+
+def ml20m(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    import prepare_scale
+
+    stages = []
+    if args.data:
+        src = Path(args.data)
+    else:
+        src = work / "ratings.csv"
+        start = time.perf_counter()
+        prepare_scale.make_file(src, 20_000_263, 138_493, 26_744, args.seed)
+        print(f"generated {src} in {time.perf_counter() - start:.1f} s", flush=True)
+    prep = work / "prepared"
+    stages.append(
+        _stage(
+            "prepare",
+            _seqrec("prepare", "--data", str(src), "--out", str(prep), "--quiet"),
+            work / "prepare.log",
+        )
+    )
+    runs = {}
+    for model, config in (("bert4rec", "ml-20m-bert4rec"), ("sasrec", "ml-20m-sasrec-ce")):
+        run = work / f"run-{model}"
+        cmd = _seqrec(
+            "train",
+            model,
+            "--data",
+            str(prep),
+            "--out",
+            str(run),
+            "--quiet",
+            "--config",
+            config,
+            "--time-budget",
+            args.budget,
+        )
+        stages.append(_stage(f"train {config}", cmd, work / f"train-{model}.log"))
+        runs[config] = _run_summary(run)
+    from seqrec.data.prepared import load_prepared
+
+    ds = load_prepared(prep)
+    return {
+        "source": "real" if args.data else "synthetic (benchmarks/prepare_scale.py)",
+        "users": ds.n_users,
+        "items": ds.n_items,
+        "interactions": int(len(ds.sequences.items)),
+        "stages": stages,
+        "runs": runs,
+    }
+
+
+def _markdown(kind: str, args: argparse.Namespace, r: dict[str, Any]) -> str:
+    head = {
+        "catalogue": "# A million items and a million users",
+        "ml-20m": "# ML-20M scale, end to end",
+    }[kind]
+    rows = "".join(
+        f"| {s['stage']} | {s['wall_s']:.1f} s | {s['peak_rss_gib']:.2f} GiB |\n"
+        for s in r["stages"]
+    )
+    md = (
+        f"{head}\n\n{r['users']:,} users, {r['items']:,} items, {r['interactions']:,} "
+        f"interactions; training budget {args.budget}.\n\n"
+        f"| stage (its own process) | wall time | peak RSS |\n|---|---|---|\n{rows}\n"
+    )
+
+    def run_line(name: str, x: dict[str, Any]) -> str:
+        test = x.get("test") or {}
+        cells = " / ".join(
+            f"{p} {test[p]['ndcg@10']:.4f}" for p in ("full", "uni100", "pop100") if p in test
+        )
+        return (
+            f"- {name}: {x['epochs']} epoch(s), {x['steps']:,} steps, stopped by "
+            f"{x['stopped']}, {x['seq_per_s']:.0f} seq/s; the run's closing evaluation "
+            f"(validation, POP's validation, test) {x['final_evaluation_s']:.0f} s; test NDCG@10 "
+            f"{cells}"
+            + (f" (users: {x['eval_sample_users']})" if x.get("eval_sample_users") else "")
+            + "\n"
+        )
+
+    if kind == "catalogue":
+        e, s = r["evaluation"], r["serve"]
+        md += run_line("training (sampled softmax, 1,024 shared negatives, logQ)", r["run"])
+        md += (
+            f"- test split of {e['users']:,} users under full, uni100 and pop100: "
+            f"{e['seconds']:.1f} s, **{e['seconds_per_1000_users']:.2f} s per 1,000 users** "
+            "(the `evaluate` stage's peak RSS above)\n"
+            f"- `seqrec serve` (defaults) under wrk, 8 connections, {s['wall_s']:.0f} s: "
+            f"{s['requests']:,} requests, {s['errors']} errors, {s['requests_per_s']:.0f} req/s, "
+            f"p50 {s['p50_ms']:.1f} ms, **p99 {s['p99_ms']:.1f} ms**, server RSS "
+            f"{s['rss_end_mib']:.0f} MiB\n"
+        )
+    else:
+        for name, x in r["runs"].items():
+            md += run_line(f"`{name}`", x)
+    return md
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--make-catalogue":
+        return make_catalogue(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), seed=0)
+    if len(sys.argv) > 1 and sys.argv[1] == "--evaluate":
+        return evaluate_test(sys.argv[2], int(sys.argv[3]))
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("kind", choices=["catalogue", "ml-20m"])
+    ap.add_argument("--users", type=int, default=1_000_000)
+    ap.add_argument("--items", type=int, default=1_000_000)
+    ap.add_argument("--budget", default="10m")
+    ap.add_argument("--eval-users", type=int, default=10_000)
+    ap.add_argument("--serve-seconds", type=float, default=10.0)
+    ap.add_argument("--data", help="ml-20m: the real ratings.csv instead of the synthetic one")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workdir")
+    ap.add_argument("--name")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+        work = Path(tmp)
+        result = catalogue(args, work) if args.kind == "catalogue" else ml20m(args, work)
+    name = args.name or {"catalogue": "scale_catalogue", "ml-20m": "scale_ml20m"}[args.kind]
+    md = _markdown(args.kind, args, result)
+    paths = write_results(
+        name,
+        {"kind": args.kind, "budget": args.budget, **result},
+        md,
+        seeds={"synthetic_log": args.seed, "train": 0, "candidates": 42},
+    )
+    print(md)
+    print("wrote", *paths)
+
+
+if __name__ == "__main__":
+    main()
