@@ -53,15 +53,18 @@ def sample_negatives(
     w[0] = 0.0  # padding is never a candidate
     cdf = np.cumsum(w) / w.sum()
     out = np.zeros((len(users), n), dtype=np.int64)
+    zero = w == 0  # never a candidate: padding and zero-weight items
+    n_zero = int(zero.sum())
     chunk = max(1, max_cells // n_cols)
     for lo in range(0, len(users), chunk):
         rows = np.asarray(users[lo : lo + chunk])
         seen_seqs = seqs.take(rows)
-        # (C, V) never a candidate: the user's own items, padding and zero-weight items
-        blocked = np.repeat((w == 0)[None, :], len(rows), axis=0)
-        blocked[seen_seqs.user_index(), seen_seqs.items] = True
+        # never a candidate either: the user's own items, as sorted keys row * n_cols + item (a
+        # dense (rows, catalogue) mask would cost the catalogue's size per user)
+        seen = np.unique(seen_seqs.user_index() * n_cols + seen_seqs.items)
         block = out[lo : lo + len(rows)]
-        eligible = n_cols - blocked.sum(1)
+        counted = np.bincount(seen[~zero[seen % n_cols]] // n_cols, minlength=len(rows))
+        eligible = n_cols - n_zero - counted
         todo = np.flatnonzero(eligible >= 2 * n)  # the stream finishes fast for these
         draws = np.zeros((len(todo), 0), dtype=np.int64)
         m = n + n // 2 + 16
@@ -70,7 +73,8 @@ def sample_negatives(
                 break
             new = np.searchsorted(cdf, rng.random((len(todo), m)), side="right")
             draws = np.concatenate([draws, np.minimum(new, n_cols - 1)], axis=1)
-            keep = _first_distinct(draws, n_cols) & ~blocked[todo[:, None], draws]
+            blocked = zero[draws] | _among(todo[:, None] * n_cols + draws, seen)
+            keep = _first_distinct(draws, n_cols) & ~blocked
             done = keep.sum(1) >= n
             picked = np.cumsum(keep, axis=1) <= n
             sel = keep & picked & done[:, None]
@@ -79,8 +83,19 @@ def sample_negatives(
             m *= 2
         rest = np.flatnonzero(block[:, 0] == 0)  # rows the stream did not finish
         if len(rest):
-            block[rest] = _gumbel_top_n(w, blocked[rest], n, rng)
+            mask = np.repeat(zero[None, :], len(rest), axis=0)
+            mine = seen[np.isin(seen // n_cols, rest)]
+            mask[np.searchsorted(rest, mine // n_cols), mine % n_cols] = True
+            block[rest] = _gumbel_top_n(w, mask, n, rng)
     return out
+
+
+def _among(keys: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
+    """keys (any shape): True where a key is in `sorted_keys` (sorted, distinct)."""
+    if len(sorted_keys) == 0:
+        return np.zeros(keys.shape, dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
+    return sorted_keys[at] == keys
 
 
 def _first_distinct(draws: np.ndarray, n_cols: int) -> np.ndarray:
