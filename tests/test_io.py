@@ -16,6 +16,7 @@ from seqrec.data.io import (
     read_steam_reviews,
     read_table,
     read_user_item_txt,
+    scan_table,
 )
 from seqrec.errors import DataError
 
@@ -186,3 +187,88 @@ def test_unknown_extension_asks_for_format(tmp_path: Path) -> None:
     p.write_text("x")
     with pytest.raises(DataError, match="pass --format"):
         read_interactions(p)
+
+
+# ------------------------------------------------------------------------------- streaming read
+
+STREAM_CASES = {
+    # integer ids and times, a column the log does not need, rows out of time order
+    "ints.csv": (
+        'user,item,timestamp,comment\n3,10,50,a\n1,11,20,"b, c"\n3,12,40,d\n',
+        {},
+    ),
+    # ids that are not all integers stay strings (an ASIN keeps its leading zero); ISO times
+    "strings.csv": (
+        "who;what;when\nu1;0205616461;2020-01-01T00:00:10\n 7 ;i8;2020-01-01\nu1;12;2020-01-02\n",
+        {"user_col": "who", "item_col": "what", "time_col": "when", "separator": ";"},
+    ),
+    # no time column: line order
+    "ordered.csv": ("user,item\n5,1\n5,2\n4,1\n", {"time_col": None}),
+}
+
+
+@pytest.mark.parametrize("name", [*STREAM_CASES, "log.parquet"])
+def test_a_streamed_table_is_the_table_read_in_memory(tmp_path: Path, name: str) -> None:
+    p = tmp_path / name
+    if name == "log.parquet":
+        pl.DataFrame(
+            {"u": [7, 7, 2], "i": ["x", "y", "x"], "t": [20, 10, 30], "extra": [0.5, 1.5, 2.5]}
+        ).write_parquet(p)
+        kw: dict = {"user_col": "u", "item_col": "i", "time_col": "t"}
+    else:
+        text, kw = STREAM_CASES[name]
+        p.write_text(text)
+    memory, streamed = read_table(p, **kw), scan_table(p, **kw)
+    assert streamed.schema == memory.schema
+    assert _rows(streamed) == _rows(memory)
+    assert read_interactions(p, reader="stream", **kw).equals(memory)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("user,item,timestamp\n1,2,3\n1,,4\n", r"log\.csv:3: missing item"),
+        (
+            "user,item,timestamp\n1,2,3\n1,3,yesterday\n",
+            r"log\.csv:3: timestamp 'yesterday' is neither",
+        ),
+        ("user,when\n1,2\n", r"log\.csv: missing column\(s\) item, timestamp; expected a header"),
+        ("user,item,timestamp\n", r"log\.csv: no records"),
+    ],
+)
+def test_a_streamed_file_names_its_first_bad_line_as_the_memory_reader_does(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    p = tmp_path / "log.csv"
+    p.write_text(text)
+    for reader in ("memory", "stream"):
+        with pytest.raises(DataError, match=message):
+            read_interactions(p, reader=reader)
+
+
+def test_auto_streams_a_large_plain_file_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import seqrec.data.io as io
+
+    p, gz = tmp_path / "log.csv", tmp_path / "log.csv.gz"
+    p.write_text("user,item,timestamp\n1,2,3\n")
+    gz.write_bytes(gzip.compress(p.read_bytes()))
+    streamed: list[Path] = []
+    real = io.scan_table
+    monkeypatch.setattr(
+        io, "scan_table", lambda path, **kw: streamed.append(path) or real(path, **kw)
+    )
+    read_interactions(p)
+    assert streamed == []  # under STREAM_BYTES: in memory
+    monkeypatch.setattr(io, "STREAM_BYTES", 10)
+    read_interactions(p, fmt="csv")
+    read_interactions(gz, fmt="csv")  # gzipped: in memory whatever its size
+    read_interactions(p, fmt="csv", reader="memory")
+    assert streamed == [p]
+    with pytest.raises(DataError, match=r"log\.csv\.gz: a gzip file is read in memory"):
+        read_interactions(gz, fmt="csv", reader="stream")
+    dat = tmp_path / "ratings.dat"
+    dat.write_text("1::2::5::3\n")
+    with pytest.raises(DataError, match=r"ratings\.dat: a movielens-dat file is read in memory"):
+        read_interactions(dat, reader="stream")

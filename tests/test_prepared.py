@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 
 from seqrec.config import DataConfig, EvalConfig
@@ -176,3 +177,54 @@ def test_a_raw_log_gets_the_papers_5_core_by_default(tmp_path: Path) -> None:
     src.write_text("\n".join(lines) + "\n")
     ds = prepare(src, out=tmp_path / "p", progress=False)
     assert (ds.stats["users"], ds.stats["items"], ds.stats["actions"]) == (6, 6, 36)
+
+
+def test_sequences_prepared_by_another_engine_are_checked_and_completed(tmp_path: Path) -> None:
+    # a directory holding only the documented schema (what a Spark job would write) prepares
+    # to what seqrec's own preparation of the same log holds: the same sequences, ids and
+    # candidates
+    ours = prepare(_write_log(tmp_path / "ratings.dat"), out=tmp_path / "ours", progress=False)
+    theirs = tmp_path / "spark"
+    theirs.mkdir()
+    table = pl.read_parquet(ours.path / "sequences.parquet")
+    table.write_parquet(theirs / "sequences.parquet")
+    (theirs / "vocab.json").write_text((ours.path / "vocab.json").read_text())
+    ds = prepare(theirs, out=tmp_path / "prepared", progress=False)
+    assert np.array_equal(ds.sequences.items, ours.sequences.items)
+    assert np.array_equal(ds.sequences.offsets, ours.sequences.offsets)
+    assert ds.item_ids == ours.item_ids and ds.user_ids == ours.user_ids
+    for split in ("valid", "test"):
+        for p, negs in ds.negatives(split).items():
+            assert np.array_equal(negs, ours.negatives(split)[p])
+    assert sorted(x.name for x in theirs.iterdir()) == ["sequences.parquet", "vocab.json"]
+
+    def refused(frame: pl.DataFrame, message: str) -> None:
+        frame.write_parquet(theirs / "sequences.parquet")
+        with pytest.raises(DataError, match=message):
+            prepare(theirs, out=tmp_path / "refused", progress=False)
+        assert not (tmp_path / "refused").exists()
+
+    n_users, n_items = ours.n_users, ours.n_items
+    refused(
+        table.with_columns(pl.col("item").cast(pl.String)),
+        r"column item must be integers, found String",
+    )
+    refused(table.drop("user"), r"column user must be integers, found no such column")
+    refused(
+        table.with_columns(
+            pl.when(pl.int_range(pl.len()) == 3)
+            .then(n_items + 1)
+            .otherwise(pl.col("item"))
+            .alias("item")
+        ),
+        rf"row 3: item {n_items + 1} is not in 1\.\.{n_items}",
+    )
+    refused(table.reverse(), r"rows must be grouped by user in ascending order")
+    refused(table.filter(pl.col("user") != 1), r"user 1 of vocab\.json has no rows")
+    refused(
+        table.with_columns(pl.col("user") + n_users),
+        rf"user {n_users} is not a position in vocab\.json's {n_users} users",
+    )
+    (theirs / "vocab.json").write_text('{"users": []}')
+    with pytest.raises(DataError, match=r'vocab\.json: expected \{"users": \[ids\.\.\.\], "items"'):
+        prepare(theirs, out=tmp_path / "refused", progress=False)

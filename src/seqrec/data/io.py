@@ -27,7 +27,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, fields
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import polars as pl
@@ -48,6 +48,7 @@ __all__ = [
     "read_steam_reviews",
     "read_table",
     "read_user_item_txt",
+    "scan_table",
 ]
 
 INTERACTION_COLUMNS = ("user", "item", "timestamp", "line")
@@ -509,6 +510,131 @@ def _timestamp_column(df: pl.DataFrame, column: str, path: Path, first_line: int
     )
 
 
+# ----------------------------------------------------------------------------- streaming read
+
+# A plain (not gzipped) CSV or Parquet log over this many bytes is read by `scan_table` unless
+# `read_interactions(reader=...)` says otherwise (data.reader in a config)
+STREAM_BYTES = 256 << 20
+
+
+def scan_table(
+    path: str | Path,
+    *,
+    user_col: str = "user",
+    item_col: str = "item",
+    time_col: str | None = "timestamp",
+    separator: str = ",",
+) -> pl.DataFrame:
+    """The interactions table of a CSV (with a header) or Parquet file too large to hold as
+    text: Polars' streaming engine reads only the three columns, a batch at a time, twice: once
+    to check every value (the first bad line named, as `read_table` names it), once to keep the
+    typed columns. Memory then holds the typed table (four 8-byte columns a row; ids that are
+    not all integers as strings), never the file's text or its other columns. The same table as
+    `read_table`'s, whatever the file's size (no `ReadLimits.max_bytes`; `max_rows` holds)."""
+    path = Path(path)
+    _check_file(path)
+    wanted = [c for c in (user_col, item_col, time_col) if c is not None]
+    parquet = path.suffix == ".parquet"
+    with path.open("rb") as f:
+        if f.read(2) == b"\x1f\x8b":
+            raise DataError(
+                f"{path}: a gzip file is read in memory, not streamed; decompress it, or set "
+                'data.reader = "memory"'
+            )
+    expected = (
+        f"columns {', '.join(wanted)}"
+        if parquet
+        else f"a header with columns {', '.join(wanted)} separated by {separator!r}"
+    )
+    try:
+        lazy = (
+            pl.scan_parquet(path)
+            if parquet
+            else pl.scan_csv(
+                path,
+                separator=separator,
+                has_header=True,
+                infer_schema=False,
+                quote_char='"' if separator == "," else None,
+            )
+        )
+        names = lazy.collect_schema().names()
+        missing = [c for c in wanted if c not in names]
+        if missing:
+            raise DataError(f"{path}: missing column(s) {', '.join(missing)}; expected {expected}")
+        text = lazy.select(
+            pl.col(c).cast(pl.String).str.strip_chars().alias(c) for c in wanted
+        ).with_row_index("row")
+        first = _first_bad_rows(text, user_col, item_col, time_col)
+    except (pl.exceptions.PolarsError, OSError) as e:
+        shown = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise DataError(f"{path}: could not read as {expected} ({shown})") from None
+    line = 1 if parquet else 2  # the first row's line number
+    if first["rows"] == 0:
+        raise DataError(f"{path}: no records, expected {expected}")
+    limit = _limits().max_rows
+    if first["rows"] > limit:
+        raise DataError(
+            f"{path}: {first['rows']:,} rows, over the {limit:,} a reader takes "
+            "(SEQREC_MAX_ROWS raises the limit)"
+        )
+    for c in wanted:
+        if first[f"{c} missing"] is not None:
+            raise DataError(f"{path}:{first[f'{c} missing'] + line}: missing {c}")
+    datetimes = time_col is not None and first[f"{time_col} not int"] is not None
+    if datetimes and first[f"{time_col} bad"] is not None:
+        row = first[f"{time_col} bad"]
+        value = text.filter(pl.col("row") == row).select(time_col).collect().item()
+        raise DataError(
+            f"{path}:{row + line}: {time_col} {_shown(value)} is neither an integer "
+            "nor an ISO datetime"
+        )
+
+    def ids(c: str) -> pl.Expr:  # integers only when every value round-trips, as _id_column
+        return pl.col(c).cast(pl.Int64) if first[f"{c} exact"] else pl.col(c)
+
+    if time_col is None:
+        ts = pl.col("row").cast(pl.Int64)
+    elif datetimes:
+        ts = pl.col(time_col).str.to_datetime(strict=False, time_unit="us").dt.epoch("s")
+    else:
+        ts = pl.col(time_col).cast(pl.Int64)
+    try:
+        return text.select(
+            ids(user_col).alias("user"),
+            ids(item_col).alias("item"),
+            ts.cast(pl.Int64).alias("timestamp"),
+            pl.col("row").cast(pl.Int64).alias("line"),
+        ).collect(engine="streaming")
+    except (pl.exceptions.PolarsError, OSError) as e:
+        shown = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise DataError(f"{path}: could not read as {expected} ({shown})") from None
+
+
+def _first_bad_rows(
+    text: pl.LazyFrame, user_col: str, item_col: str, time_col: str | None
+) -> dict[str, Any]:
+    """One streaming pass: the row count; per column the first row with no value; per id column
+    whether every value is an integer that round-trips; for the time column the first row that
+    is not an integer and the first that is neither an integer nor a datetime."""
+    row = pl.col("row")
+    exprs = [pl.len().alias("rows")]
+    for c in [user_col, item_col, *([time_col] if time_col else [])]:
+        exprs.append(
+            row.filter(pl.col(c).is_null() | (pl.col(c) == "")).min().alias(f"{c} missing")
+        )
+    for c in (user_col, item_col):
+        as_int = pl.col(c).cast(pl.Int64, strict=False)
+        exact = (as_int.is_not_null() & (as_int.cast(pl.String) == pl.col(c))).all()
+        exprs.append(exact.alias(f"{c} exact"))
+    if time_col is not None:
+        not_int = pl.col(time_col).cast(pl.Int64, strict=False).is_null()
+        as_dt = pl.col(time_col).str.to_datetime(strict=False, time_unit="us")
+        exprs.append(row.filter(not_int).min().alias(f"{time_col} not int"))
+        exprs.append(row.filter(not_int & as_dt.is_null()).min().alias(f"{time_col} bad"))
+    return text.select(exprs).collect(engine="streaming").row(0, named=True)
+
+
 # ------------------------------------------------------------------------------- format dispatch
 
 Reader = Callable[[Path], pl.DataFrame]
@@ -523,6 +649,17 @@ FORMATS: dict[str, Reader] = {
     "csv": read_table,
     "parquet": read_table,
 }
+
+
+def _large_plain(path: Path) -> bool:
+    """Over `STREAM_BYTES` and not gzipped: what "auto" streams."""
+    try:
+        if path.stat().st_size <= STREAM_BYTES:
+            return False
+        with path.open("rb") as f:
+            return f.read(2) != b"\x1f\x8b"
+    except OSError:
+        return False  # the reader names the problem
 
 
 def detect_format(path: str | Path) -> str:
@@ -560,11 +697,14 @@ def read_interactions(
     time_col: str | None = "timestamp",
     separator: str = ",",
     limits: ReadLimits | None = None,
+    reader: Literal["auto", "memory", "stream"] = "auto",
 ) -> pl.DataFrame:
     """Read any supported file into the interactions table (format from the name unless given).
 
     The column options apply to the generic `csv` and `parquet` formats only. `limits` bound
-    what the reader takes (default: `ReadLimits.from_env()`).
+    what the reader takes (default: `ReadLimits.from_env()`). `reader`: "stream" reads a CSV
+    or Parquet file (generic, or MovieLens' ratings.csv) with `scan_table`, "memory" with
+    `read_table`; "auto" streams a plain file of those formats over `STREAM_BYTES`.
     """
     if limits is not None:
         token = _LIMITS.set(limits)
@@ -576,6 +716,7 @@ def read_interactions(
                 item_col=item_col,
                 time_col=time_col,
                 separator=separator,
+                reader=reader,
             )
         finally:
             _LIMITS.reset(token)
@@ -583,6 +724,20 @@ def read_interactions(
     fmt = fmt or detect_format(path)
     if fmt not in FORMATS:
         raise DataError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if reader not in ("auto", "memory", "stream"):
+        raise DataError(f"unknown reader {reader!r}; expected auto, memory or stream")
+    streamable = fmt in ("csv", "parquet", "movielens-csv")
+    if reader == "stream" and not streamable:
+        raise DataError(
+            f"{path}: a {fmt} file is read in memory; streaming reads csv, parquet and "
+            "movielens-csv files"
+        )
+    if streamable and (reader == "stream" or (reader == "auto" and _large_plain(path))):
+        if fmt == "movielens-csv":
+            return scan_table(path, user_col="userId", item_col="movieId", time_col="timestamp")
+        return scan_table(
+            path, user_col=user_col, item_col=item_col, time_col=time_col, separator=separator
+        )
     if fmt in ("csv", "parquet"):
         return read_table(
             path, user_col=user_col, item_col=item_col, time_col=time_col, separator=separator

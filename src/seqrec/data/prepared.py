@@ -66,6 +66,7 @@ __all__ = [
     "load_prepared",
     "prepare",
     "prepare_frame",
+    "read_sequences",
     "resolve_source",
 ]
 
@@ -189,6 +190,7 @@ def _fingerprint(source: Path) -> dict[str, Any]:
 
 def _settings(data_cfg: DataConfig, eval_cfg: EvalConfig) -> dict[str, Any]:
     data = asdict(data_cfg)
+    del data["reader"]  # how the file is read: the prepared data is the same
     if data_cfg.split == "leave_one_out":  # the keys of datasets prepared before the time split
         del data["split"], data["time_cut"]
     return {
@@ -277,6 +279,8 @@ def prepare(
         return _prepare_in_memory(data, data_cfg, eval_cfg, out, force, progress, inputs, name)
     if Path(data).is_dir() and dir_kind(Path(data)) == "prepared":
         return load_prepared(data)  # a prepared dataset given as the data: as it is
+    if Path(data).is_dir():  # sequences prepared by another engine (read_sequences)
+        return _prepare_sequences(Path(data), data_cfg, eval_cfg, out, force, progress, inputs)
     source, fmt = resolve_source(str(data), data_cfg.format, progress=progress)
     key = {"source": _fingerprint(source), **_settings(data_cfg, eval_cfg)}
     name = name or (str(data) if str(data) in download.DATASETS else _dataset_name(source))
@@ -293,6 +297,7 @@ def prepare(
         item_col=data_cfg.item_col,
         time_col=data_cfg.time_col,
         separator=data_cfg.separator,
+        reader=data_cfg.reader,
     )
     fmt = fmt or detect_format(source)
     if data_cfg.split == "time" and fmt in PUBLISHED_FORMATS:
@@ -378,6 +383,107 @@ def _prepare_in_memory(
     )
 
 
+def read_sequences(path: Path) -> Preprocessed:
+    """Sequences prepared by another engine (a Spark job, SQL): a directory holding
+    `vocab.json`, {"users": [ids], "items": [ids]}, and `sequences.parquet`, integer columns
+    `user` (0-based positions in `users`) and `item` (1-based positions in `items`), one row an
+    interaction, grouped by user in ascending order and oldest first within a user; every
+    listed user has a row. The schema of seqrec's own prepared directories; what they add
+    (the split, the candidates, the manifest) `prepare` computes. Each check is one DataError
+    line naming the file and what was expected."""
+    vocab_path, table_path = path / "vocab.json", path / "sequences.parquet"
+    for f in (vocab_path, table_path):
+        if not f.is_file():
+            raise DataError(
+                f"{path}: not a prepared dataset, and no {f.name} of prepared sequences "
+                "(sequences.parquet with integer columns user and item, vocab.json)"
+            )
+    try:
+        vocab = json.loads(vocab_path.read_text())
+    except (OSError, ValueError) as e:
+        raise DataError(f"{vocab_path}: not JSON ({str(e)[:120]})") from None
+    if not (
+        isinstance(vocab, dict)
+        and all(isinstance(vocab.get(k), list) and vocab[k] for k in ("users", "items"))
+    ):
+        raise DataError(f'{vocab_path}: expected {{"users": [ids...], "items": [ids...]}}')
+    users, items = vocab["users"], vocab["items"]
+    try:
+        schema = pl.read_parquet_schema(table_path)
+        for c in ("user", "item"):
+            if c not in schema or not schema[c].is_integer():
+                found = schema.get(c, "no such column")
+                raise DataError(f"{table_path}: column {c} must be integers, found {found}")
+        table = pl.read_parquet(table_path, columns=["user", "item"])
+    except (pl.exceptions.PolarsError, OSError) as e:
+        raise DataError(f"{table_path}: could not read as Parquet ({str(e)[:120]})") from None
+    if table.null_count().sum_horizontal().item():
+        raise DataError(f"{table_path}: missing values in user or item")
+    user = table.get_column("user").to_numpy().astype(np.int64)
+    item = table.get_column("item").to_numpy().astype(np.int64)
+    if len(user) == 0:
+        raise DataError(f"{table_path}: no rows")
+    bad = np.flatnonzero((user < 0) | (user >= len(users)))
+    if len(bad):
+        raise DataError(
+            f"{table_path}: row {bad[0]}: user {user[bad[0]]} is not a position in vocab.json's "
+            f"{len(users):,} users (0..{len(users) - 1})"
+        )
+    bad = np.flatnonzero((item < 1) | (item > len(items)))
+    if len(bad):
+        raise DataError(
+            f"{table_path}: row {bad[0]}: item {item[bad[0]]} is not in 1..{len(items):,} "
+            "(vocab.json's items, 1-based)"
+        )
+    bad = np.flatnonzero(np.diff(user) < 0)
+    if len(bad):
+        raise DataError(
+            f"{table_path}: row {bad[0] + 1}: user {user[bad[0] + 1]} after user {user[bad[0]]}; "
+            "rows must be grouped by user in ascending order"
+        )
+    lengths = np.bincount(user, minlength=len(users))
+    if (lengths == 0).any():
+        raise DataError(f"{table_path}: user {int(np.argmin(lengths))} of vocab.json has no rows")
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    return Preprocessed(
+        sequences=Sequences(items=item, offsets=offsets, n_items=len(items)),
+        user_ids=pl.Series("user", users),
+        item_ids=pl.Series("item", items),
+    )
+
+
+def _prepare_sequences(
+    path: Path,
+    data_cfg: DataConfig,
+    eval_cfg: EvalConfig,
+    out: Path | None,
+    force: bool,
+    progress: bool,
+    inputs: Sequence[Path | str],
+) -> PreparedDataset:
+    """`prepare` of sequences another engine prepared (`read_sequences`): checked, then split,
+    their candidates sampled and written as any prepared dataset (no k-core: they are taken as
+    they are)."""
+    if data_cfg.split == "time":
+        raise ConfigError(
+            f'{path}: data.split = "time" needs timestamps; prepared sequences have none'
+        )
+    table = path / "sequences.parquet"
+    key = {
+        "source": {"sequences": _fingerprint(table), "vocab": _fingerprint(path / "vocab.json")},
+        **_settings(data_cfg, eval_cfg),
+    }
+    name = path.name
+    cached = out is None
+    out = out or _default_dir(name, key)
+    if (reused := _reuse(out, key, cached, force, [path, *inputs])) is not None:
+        return reused
+    stages = Progress(0, f"prepare {name}", enabled=progress)
+    stages.note(f"prepare {name}: checking the prepared sequences of {path}")
+    pre = read_sequences(path)
+    return _finish(pre, out, name, key, data_cfg, eval_cfg, stages)
+
+
 def _manifest_key(path: Path) -> Any:
     try:
         return json.loads((path / "manifest.json").read_text()).get("key")
@@ -414,6 +520,19 @@ def prepare_frame(
     )
     _check_split(data_cfg)
     pre = preprocess(interactions, min_user_interactions=min_user, min_item_interactions=min_item)
+    return _finish(pre, out, name, key, data_cfg, eval_cfg, stages)
+
+
+def _finish(
+    pre: Preprocessed,
+    out: Path,
+    name: str,
+    key: dict[str, Any],
+    data_cfg: DataConfig,
+    eval_cfg: EvalConfig,
+    stages: Progress,
+) -> PreparedDataset:
+    """The split, the sampled candidates and the directory of preprocessed sequences."""
     stats: dict[str, Any] = dataset_stats(pre.sequences)
     before = None
     if data_cfg.split == "time":
