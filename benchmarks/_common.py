@@ -27,6 +27,7 @@ SCRIPT_AREA = {
     "bert4rec_ml1m": "bert4rec",
     "ce_chunks": "performance",
     "distributed": "performance",
+    "gpu_check": "performance",
     "eval_speed": "performance",
     "fuzz_campaign": "reliability",
     "hidden_collapse": "sasrec",
