@@ -272,3 +272,17 @@ def test_auto_streams_a_large_plain_file_only(
     dat.write_text("1::2::5::3\n")
     with pytest.raises(DataError, match=r"ratings\.dat: a movielens-dat file is read in memory"):
         read_interactions(dat, reader="stream")
+
+
+def test_integer_parquet_columns_stay_integers_and_name_a_missing_value(tmp_path: Path) -> None:
+    p = tmp_path / "log.parquet"
+    pl.DataFrame({"user": [1, 2, None], "item": [5, 6, 7], "timestamp": [1, 2, 3]}).write_parquet(p)
+    for reader in ("memory", "stream"):
+        with pytest.raises(DataError, match=r"log\.parquet:3: missing user"):
+            read_interactions(p, reader=reader)
+    pl.DataFrame(
+        {"user": [1, 2], "item": [5, 6], "timestamp": [3, 2]}, schema_overrides={"user": pl.UInt8}
+    ).write_parquet(p)
+    for reader in ("memory", "stream"):
+        df = read_interactions(p, reader=reader)
+        assert df.schema["user"] == pl.Int64 and _rows(df) == [(1, 5, 3, 0), (2, 6, 2, 1)]

@@ -252,6 +252,8 @@ def _to_int(df: pl.DataFrame, column: str, path: Path, field: str, first_line: i
 
 def _id_column(df: pl.DataFrame, column: str, path: Path, field: str, first_line: int) -> pl.Series:
     """An id column: Int64 when every value is an integer, else the stripped strings."""
+    if df[column].dtype.is_integer():
+        return _integers(df, column, path, field, first_line)
     src = df.get_column(column).str.strip_chars()
     if src.is_null().any() or (src == "").any():
         row = int((src.is_null() | (src == "")).arg_max() or 0)
@@ -441,7 +443,13 @@ def read_table(
         df = _read_parquet(path, wanted)
         if df.height == 0:
             raise DataError(f"{path}: no records")
-        df = df.with_columns(pl.col(c).cast(pl.String) for c in wanted if df[c].dtype != pl.String)
+        # integer columns stay integers (a string round trip of each would cost far more
+        # memory than the column); any other type is read as its text
+        df = df.with_columns(
+            pl.col(c).cast(pl.String)
+            for c in wanted
+            if df[c].dtype != pl.String and not df[c].dtype.is_integer()
+        )
         first_line = 1
     else:
         expected = f"a header with columns {', '.join(wanted)} separated by {separator!r}"
@@ -489,7 +497,17 @@ def _read_parquet(path: Path, wanted: list[str]) -> pl.DataFrame:
         raise DataError(f"{path}: could not read as Parquet ({first})") from None
 
 
+def _integers(df: pl.DataFrame, column: str, path: Path, field: str, first_line: int) -> pl.Series:
+    """An integer column (of a Parquet file) as Int64; its first missing value named."""
+    col = df.get_column(column)
+    if col.null_count():
+        raise DataError(f"{path}:{int(col.is_null().arg_max() or 0) + first_line}: missing {field}")
+    return col.cast(pl.Int64).alias(field)
+
+
 def _timestamp_column(df: pl.DataFrame, column: str, path: Path, first_line: int) -> pl.Series:
+    if df[column].dtype.is_integer():
+        return _integers(df, column, path, column, first_line)
     src = df.get_column(column).str.strip_chars()
     if src.is_null().any() or (src == "").any():
         row = int((src.is_null() | (src == "")).arg_max() or 0)
@@ -562,10 +580,15 @@ def scan_table(
         missing = [c for c in wanted if c not in names]
         if missing:
             raise DataError(f"{path}: missing column(s) {', '.join(missing)}; expected {expected}")
+        schema = lazy.collect_schema()
+        integers = {c for c in wanted if schema[c].is_integer()}  # Parquet's: kept as they are
         text = lazy.select(
-            pl.col(c).cast(pl.String).str.strip_chars().alias(c) for c in wanted
+            pl.col(c).cast(pl.Int64)
+            if c in integers
+            else pl.col(c).cast(pl.String).str.strip_chars()
+            for c in wanted
         ).with_row_index("row")
-        first = _first_bad_rows(text, user_col, item_col, time_col)
+        first = _first_bad_rows(text, user_col, item_col, time_col, integers)
     except (pl.exceptions.PolarsError, OSError) as e:
         shown = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         raise DataError(f"{path}: could not read as {expected} ({shown})") from None
@@ -612,22 +635,27 @@ def scan_table(
 
 
 def _first_bad_rows(
-    text: pl.LazyFrame, user_col: str, item_col: str, time_col: str | None
+    text: pl.LazyFrame, user_col: str, item_col: str, time_col: str | None, integers: set[str]
 ) -> dict[str, Any]:
     """One streaming pass: the row count; per column the first row with no value; per id column
     whether every value is an integer that round-trips; for the time column the first row that
-    is not an integer and the first that is neither an integer nor a datetime."""
+    is not an integer and the first that is neither an integer nor a datetime. `integers`: the
+    columns that are integers already."""
     row = pl.col("row")
     exprs = [pl.len().alias("rows")]
     for c in [user_col, item_col, *([time_col] if time_col else [])]:
-        exprs.append(
-            row.filter(pl.col(c).is_null() | (pl.col(c) == "")).min().alias(f"{c} missing")
-        )
+        empty = pl.col(c).is_null() if c in integers else pl.col(c).is_null() | (pl.col(c) == "")
+        exprs.append(row.filter(empty).min().alias(f"{c} missing"))
     for c in (user_col, item_col):
         as_int = pl.col(c).cast(pl.Int64, strict=False)
         exact = (as_int.is_not_null() & (as_int.cast(pl.String) == pl.col(c))).all()
-        exprs.append(exact.alias(f"{c} exact"))
-    if time_col is not None:
+        exprs.append(
+            pl.lit(True).alias(f"{c} exact") if c in integers else exact.alias(f"{c} exact")
+        )
+    if time_col in integers:
+        exprs.append(pl.lit(None, dtype=pl.UInt32).alias(f"{time_col} not int"))
+        exprs.append(pl.lit(None, dtype=pl.UInt32).alias(f"{time_col} bad"))
+    elif time_col is not None:
         not_int = pl.col(time_col).cast(pl.Int64, strict=False).is_null()
         as_dt = pl.col(time_col).str.to_datetime(strict=False, time_unit="us")
         exprs.append(row.filter(not_int).min().alias(f"{time_col} not int"))
