@@ -36,6 +36,7 @@ SCRIPT_AREA = {
     "peers": "performance",
     "pop_beauty": "evaluation",
     "pop_ml1m": "evaluation",
+    "prepare_capped": "performance",
     "prepare_scale": "performance",
     "probes": "bert4rec",
     "recipes": "recipes",
