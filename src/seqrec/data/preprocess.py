@@ -129,20 +129,27 @@ def preprocess(
     if min_user_interactions < 1 or min_item_interactions < 1:
         raise DataError("k-core thresholds must be >= 1")
     # (user, timestamp, line): `line` is unique, so this is the stable sort by time within user.
-    df = interactions.select("user", "item", "timestamp", "line").sort(
-        ["user", "timestamp", "line"]
+    # (`line` orders ties only: dropped once sorted, as is every copy no longer needed, since a
+    # log of tens of millions of rows holds a few hundred MB per column)
+    df = (
+        interactions.select("user", "item", "timestamp", "line")
+        .sort(["user", "timestamp", "line"])
+        .drop("line")
     )
-    u_codes, _ = dense_codes(df.get_column("user"))
-    i_codes, _ = dense_codes(df.get_column("item"))
+    u_codes, user_ids = dense_codes(df.get_column("user"))
+    i_codes, item_ids = dense_codes(df.get_column("item"))
     keep = kcore_mask(u_codes, i_codes, min_user_interactions, min_item_interactions)
     if not keep.any():
         raise DataError(
             f"no interactions left after the {min_user_interactions}-user/"
             f"{min_item_interactions}-item core filter"
         )
-    df = df.filter(pl.Series(keep))
-    u_codes, user_ids = dense_codes(df.get_column("user"))
-    i_codes, item_ids = dense_codes(df.get_column("item"))
+    if not keep.all():
+        del u_codes, i_codes
+        df = df.filter(pl.Series(keep))
+        u_codes, user_ids = dense_codes(df.get_column("user"))
+        i_codes, item_ids = dense_codes(df.get_column("item"))
+    del keep
     lengths = np.bincount(u_codes, minlength=len(user_ids))
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     seqs = Sequences(items=i_codes + 1, offsets=offsets, n_items=len(item_ids))
