@@ -241,7 +241,7 @@ def evaluate(
                     rank = _block_full_ranks(blocks, width, t_score, excluded)
             else:
                 assert negatives is not None
-                negs = torch.from_numpy(negatives[p][rows]).to(device)  # (B, N)
+                negs = torch.from_numpy(negatives[p][rows]).to(device).long()  # (B, N)
                 rival = gather(negs)  # (B, N)
                 rank = (~(rival < t_score) & (negs != 0)).sum(1)
             ranks[p][rows] = rank.cpu().numpy()

@@ -52,7 +52,8 @@ def sample_negatives(
     w = np.ones(n_cols) if weights is None else np.asarray(weights, dtype=np.float64).copy()
     w[0] = 0.0  # padding is never a candidate
     cdf = np.cumsum(w) / w.sum()
-    out = np.zeros((len(users), n), dtype=np.int64)
+    # int32 ids: a million users' candidates are 400 MB a split and protocol, not 800
+    out = np.zeros((len(users), n), dtype=np.int32)
     zero = w == 0  # never a candidate: padding and zero-weight items
     n_zero = int(zero.sum())
     chunk = max(1, max_cells // n_cols)
