@@ -395,6 +395,12 @@ def test_auto_precision_is_decided_once_and_recorded(
     result = fit(toy, cfg, tmp_path / "amx", progress=False)
     p = result.metrics["precision"]
     assert p["bf16"] == (p["step_s"]["bf16"] < p["step_s"]["fp32"])
+    # a sampled loss has no full-catalogue CE to put in bf16: nothing is timed for it (a
+    # million-item catalogue's CE took minutes to time before a sampled-softmax run)
+    sampled = _config(max_epochs=1, loss_bf16="auto", loss="sampled_softmax", n_negatives=8)
+    p = fit(toy, sampled, tmp_path / "sampled", progress=False).metrics["precision"]
+    assert p["loss_bf16"] is False and "loss_s" not in p
+    assert "full-catalogue CE only" in p["loss_bf16_reason"]
 
 
 def test_a_resumed_run_keeps_its_precision_decision(

@@ -205,6 +205,9 @@ def _has_bf16_instructions(device: torch.device) -> bool:
     return device.type == "cuda" or bool({"avx512_bf16", "amx_bf16"} & set(cpu_flags()))
 
 
+LOSS_TIMING_TARGETS = 4096
+
+
 def resolve_precision(
     cfg: RunConfig,
     model: SequenceModel,
@@ -215,20 +218,26 @@ def resolve_precision(
     """`cfg` with "auto" precisions decided for this machine, and what was measured.
 
     `train.loss_bf16 = "auto"`: fp32 where there are no bf16 instructions (a CPU without
-    AVX512-BF16 or AMX); else the chunked CE's forward and backward on random features of this
-    model's width, for a batch's worth of targets, timed in fp32 and in bf16 (best of 3); the
-    faster wins. `train.bf16 = "auto"`: fp32 where there are no bf16 matrix units (a CPU
-    without AMX); else a few forward and backward passes of `model` on `batch` timed both ways
-    (gradients discarded, weights untouched)."""
+    AVX512-BF16 or AMX) or a loss other than "ce" (the only one it applies to); else the chunked
+    CE's forward and backward on random features of this model's width, for a batch's targets
+    (at most `LOSS_TIMING_TARGETS`), timed in fp32 and in bf16 (best of 3); the faster wins.
+    `train.bf16 = "auto"`: fp32 where there are no bf16 matrix units (a CPU without AMX); else a
+    few forward and backward passes of `model` on `batch` timed both ways (gradients
+    discarded, weights untouched)."""
     t = cfg.train
     found: dict[str, Any] = {}
     bf16, loss_bf16 = t.bf16, t.loss_bf16
-    if loss_bf16 == "auto" and not _has_bf16_instructions(device):
+    if loss_bf16 == "auto" and t.loss != "ce":
+        loss_bf16 = False
+        found["loss_bf16_reason"] = "fp32: it applies to the full-catalogue CE only"
+    elif loss_bf16 == "auto" and not _has_bf16_instructions(device):
         loss_bf16 = False
         found["loss_bf16_reason"] = "fp32: no bf16 instructions (no AVX512-BF16, no AMX, no GPU)"
     elif loss_bf16 == "auto":
         d = int(model.output_weights()[0].shape[1])
-        m = max(1, int(batch.targets.shape[0]))
+        # the batch's targets, at most LOSS_TIMING_TARGETS of them: the two precisions' ratio
+        # is what is decided, and a million-item catalogue's whole batch would take minutes
+        m = max(1, min(int(batch.targets.shape[0]), LOSS_TIMING_TARGETS))
         gen = torch.Generator().manual_seed(0)
         z = torch.randn(m, d, generator=gen).to(device).requires_grad_()
         w = (0.02 * torch.randn(n_items, d, generator=gen)).to(device).requires_grad_()
