@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -66,17 +67,17 @@ def _tests(device: str) -> dict[str, Any]:
     env = {"SEQREC_TEST_DEVICE": device} if device != "cuda" else {}
     start = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-o", "addopts=", *files],
         capture_output=True,
         text=True,
         cwd=ROOT,
         env={**__import__("os").environ, **env},
     )
-    tail = [x for x in done.stdout.splitlines() if x.strip()][-3:]
+    counts = [x for x in done.stdout.splitlines() if re.search(r"\d+ (passed|failed|error)", x)]
     return {
         "files": files,
         "returncode": done.returncode,
-        "summary": tail,
+        "summary": counts[-1:] or [f"pytest exit status {done.returncode}"],
         "seconds": round(time.perf_counter() - start, 1),
     }
 
