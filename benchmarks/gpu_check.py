@@ -73,7 +73,8 @@ def _tests(device: str) -> dict[str, Any]:
         cwd=ROOT,
         env={**__import__("os").environ, **env},
     )
-    counts = [x for x in done.stdout.splitlines() if re.search(r"\d+ (passed|failed|error)", x)]
+    final = re.compile(r"\d+ (passed|failed|skipped|errors?)\b.* in [\d.]+s")
+    counts = [x for x in done.stdout.splitlines() if final.search(x)]
     return {
         "files": files,
         "returncode": done.returncode,
