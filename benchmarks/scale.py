@@ -62,6 +62,13 @@ def _seqrec(*argv: str) -> list[str]:
     return [sys.executable, "-m", "seqrec", *argv]
 
 
+def _train_cmd(model: str, config: str, data: Path, run: Path, budget: str) -> list[str]:
+    return _seqrec(
+        "train", model, "--data", str(data), "--out", str(run), "--quiet",
+        "--config", config, "--time-budget", budget,
+    )  # fmt: skip
+
+
 def _this(*argv: str) -> list[str]:
     return [sys.executable, __file__, *argv]
 
@@ -166,19 +173,7 @@ def catalogue(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "sasrec.max_len=50",
         "train.batch_size=256",
     ]
-    cmd = _seqrec(
-        "train",
-        "sasrec",
-        "--data",
-        str(prep),
-        "--out",
-        str(run),
-        "--quiet",
-        "--config",
-        "sasrec-ce",
-        "--time-budget",
-        args.budget,
-    )
+    cmd = _train_cmd("sasrec", "sasrec-ce", prep, run, args.budget)
     stages.append(
         _stage("train", cmd + [x for s in sets for x in ("--set", s)], work / "train.log")
     )
@@ -231,19 +226,7 @@ def ml20m(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     runs = {}
     for model, config in (("bert4rec", "ml-20m-bert4rec"), ("sasrec", "ml-20m-sasrec-ce")):
         run = work / f"run-{model}"
-        cmd = _seqrec(
-            "train",
-            model,
-            "--data",
-            str(prep),
-            "--out",
-            str(run),
-            "--quiet",
-            "--config",
-            config,
-            "--time-budget",
-            args.budget,
-        )
+        cmd = _train_cmd(model, config, prep, run, args.budget)
         stages.append(_stage(f"train {config}", cmd, work / f"train-{model}.log"))
         runs[config] = _run_summary(run)
     from seqrec.data.prepared import load_prepared
