@@ -532,7 +532,7 @@ def _timestamp_column(df: pl.DataFrame, column: str, path: Path, first_line: int
 
 # A plain (not gzipped) CSV or Parquet log over this many bytes is read by `scan_table` unless
 # `read_interactions(reader=...)` says otherwise (data.reader in a config)
-STREAM_BYTES = 256 << 20
+STREAM_BYTES = 1 << 30
 
 
 def scan_table(
@@ -657,10 +657,20 @@ def _first_bad_rows(
         exprs.append(pl.lit(None, dtype=pl.UInt32).alias(f"{time_col} bad"))
     elif time_col is not None:
         not_int = pl.col(time_col).cast(pl.Int64, strict=False).is_null()
-        as_dt = pl.col(time_col).str.to_datetime(strict=False, time_unit="us")
         exprs.append(row.filter(not_int).min().alias(f"{time_col} not int"))
-        exprs.append(row.filter(not_int & as_dt.is_null()).min().alias(f"{time_col} bad"))
-    return text.select(exprs).collect(engine="streaming").row(0, named=True)
+    first = text.select(exprs).collect(engine="streaming").row(0, named=True)
+    if (
+        time_col is not None
+        and first.setdefault(f"{time_col} bad", None) is None
+        and (first[f"{time_col} not int"] is not None)
+    ):
+        # times that are not all integers: a second look, for the first that is no datetime
+        # either (parsing every row as a datetime costs more than the rest of the pass)
+        not_int = pl.col(time_col).cast(pl.Int64, strict=False).is_null()
+        as_dt = pl.col(time_col).str.to_datetime(strict=False, time_unit="us")
+        bad = row.filter(not_int & as_dt.is_null()).min().alias("bad")
+        first[f"{time_col} bad"] = text.select(bad).collect(engine="streaming").item()
+    return first
 
 
 # ------------------------------------------------------------------------------- format dispatch

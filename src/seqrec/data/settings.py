@@ -27,7 +27,7 @@ class DataConfig:
     separator: str = ","
     # How a CSV or Parquet log is read: "memory" (the file's text at once), "stream" (Polars'
     # streaming engine, two passes over the three columns: memory bounded by the typed table,
-    # not the file), "auto": stream a plain file over 256 MiB. The prepared data is the same.
+    # not the file), "auto": stream a plain file over 1 GiB. The prepared data is the same.
     reader: Literal["auto", "memory", "stream"] = "auto"
     # How the held-out targets are chosen (seqrec.data.split). "leave_one_out" (the papers'):
     # each user's last item is the test target, the one before it the validation target.
