@@ -26,6 +26,7 @@ def main() -> None:
     ap.add_argument("--at", default="9,19,29", help="epochs whose validation value to show")
     ap.add_argument("--title", default="Probes")
     ap.add_argument("--name", default="probes")
+    ap.add_argument("--area", help="the results folder (default: bert4rec)")
     args = ap.parse_args()
     base = load_config(RunConfig, args.base)
     at = [int(e) for e in args.at.split(",")]
@@ -118,7 +119,12 @@ def main() -> None:
     }
     finished = [Path(r["run_dir"]) for r in rows if r["finished"]]
     write_results(
-        args.name, {"base": args.base, "probes": rows}, "\n".join(lines), seeds=seeds, runs=finished
+        args.name,
+        {"base": args.base, "probes": rows},
+        "\n".join(lines),
+        seeds=seeds,
+        runs=finished,
+        area=args.area,
     )
     print("\n".join(lines))
 
