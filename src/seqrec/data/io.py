@@ -112,6 +112,11 @@ def _shown(value: object, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def _first_line(e: BaseException) -> str:
+    """A library error's first line (its type when it has no text), cut to 200 characters."""
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+
+
 def _check_file(path: Path) -> int:
     """The size of a regular file; one line for anything else (checked before it is opened: a
     FIFO would block, /dev/zero never ends)."""
@@ -493,8 +498,7 @@ def _read_parquet(path: Path, wanted: list[str]) -> pl.DataFrame:
             )
         return pl.read_parquet(path, columns=wanted)
     except (pl.exceptions.PolarsError, OSError) as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise DataError(f"{path}: could not read as Parquet ({first})") from None
+        raise DataError(f"{path}: could not read as Parquet ({_first_line(e)})") from None
 
 
 def _integers(df: pl.DataFrame, column: str, path: Path, field: str, first_line: int) -> pl.Series:
@@ -576,11 +580,10 @@ def scan_table(
                 quote_char='"' if separator == "," else None,
             )
         )
-        names = lazy.collect_schema().names()
-        missing = [c for c in wanted if c not in names]
+        schema = lazy.collect_schema()
+        missing = [c for c in wanted if c not in schema]
         if missing:
             raise DataError(f"{path}: missing column(s) {', '.join(missing)}; expected {expected}")
-        schema = lazy.collect_schema()
         integers = {c for c in wanted if schema[c].is_integer()}  # Parquet's: kept as they are
         text = lazy.select(
             pl.col(c).cast(pl.Int64)
@@ -590,8 +593,7 @@ def scan_table(
         ).with_row_index("row")
         first = _first_bad_rows(text, user_col, item_col, time_col, integers)
     except (pl.exceptions.PolarsError, OSError) as e:
-        shown = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise DataError(f"{path}: could not read as {expected} ({shown})") from None
+        raise DataError(f"{path}: could not read as {expected} ({_first_line(e)})") from None
     line = 1 if parquet else 2  # the first row's line number
     if first["rows"] == 0:
         raise DataError(f"{path}: no records, expected {expected}")
@@ -630,8 +632,7 @@ def scan_table(
             pl.col("row").cast(pl.Int64).alias("line"),
         ).collect(engine="streaming")
     except (pl.exceptions.PolarsError, OSError) as e:
-        shown = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise DataError(f"{path}: could not read as {expected} ({shown})") from None
+        raise DataError(f"{path}: could not read as {expected} ({_first_line(e)})") from None
 
 
 def _first_bad_rows(
