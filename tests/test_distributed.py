@@ -215,7 +215,9 @@ tr.evaluate = counted
 training = tr.setup(ds, tr._with_precision(run.config, False, False), fresh=False)
 training.model.load_state_dict(run.model.state_dict())
 value = tr._validate(training, ds, torch.device("cpu"), r)
-print(json.dumps({"rank": r.rank, "value": value, "users": users[0]}))
+out = {"rank": r.rank, "value": value, "users": users[0]}
+with open(f"{sys.argv[2]}/rank{r.rank}.json", "w") as f:  # ranks share stdout: lines interleave
+    json.dump(out, f)
 dist.destroy_process_group()
 """
 
@@ -240,11 +242,13 @@ def test_validation_is_shared_by_user_between_the_ranks(
     cmd += ["--master-addr", "127.0.0.1", "--master-port", str(_free_port())]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        [*cmd, str(script), str(runs["one"])], env=env, capture_output=True, timeout=300
+        [*cmd, str(script), str(runs["one"]), str(tmp_path)],
+        env=env,
+        capture_output=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr.decode()[-3000:]
-    lines = [json.loads(x) for x in done.stdout.decode().splitlines() if x.startswith("{")]
-    by_rank = {x["rank"]: x for x in lines}
+    by_rank = {k: json.loads((tmp_path / f"rank{k}.json").read_text()) for k in (0, 1)}
     valid_users = ds.split.eval_set("valid").users.tolist()
     assert by_rank[0]["users"] == valid_users[0::2] and by_rank[1]["users"] == valid_users[1::2]
     assert by_rank[0]["value"] == by_rank[1]["value"] == pytest.approx(alone, abs=1e-12)
