@@ -118,3 +118,98 @@ def test_runs_rank_together_and_runs_of_other_items_are_refused(
     ).run_dir
     with pytest.raises(ValueError, match="items differ"):
         Ensemble.from_runs([tiny_runs["sasrec"], other])
+
+
+def test_the_weight_grid_covers_the_simplex() -> None:
+    from seqrec.ensemble import weight_grid
+
+    assert weight_grid(3, 0.5) == [
+        (0, 0, 1),
+        (0, 0.5, 0.5),
+        (0, 1, 0),
+        (0.5, 0, 0.5),
+        (0.5, 0.5, 0),
+        (1, 0, 0),
+    ]
+    assert len(weight_grid(2, 0.1)) == 11 and weight_grid(1, 0.25) == [(1.0,)]
+    with pytest.raises(ValueError, match="1 / step whole"):
+        weight_grid(2, 0.3)
+
+
+class Oracle:
+    """Scores each user's validation target 1000 above every other item."""
+
+    max_len = None
+
+    def __init__(self, users: np.ndarray, targets: np.ndarray, n_users: int, n_items: int) -> None:
+        self.target = torch.zeros(n_users, dtype=torch.long)
+        self.target[torch.from_numpy(users)] = torch.from_numpy(targets)
+        self.n_items = n_items
+
+    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
+        assert users is not None
+        s = torch.zeros(len(users), self.n_items + 1)
+        s[torch.arange(len(users)), self.target[users]] = 1000.0
+        return s
+
+
+def test_weights_are_chosen_on_validation_as_the_ensemble_ranks(tiny_runs: dict[str, Path]) -> None:
+    from seqrec.checkpoint import load_run
+    from seqrec.data.prepared import load_prepared
+    from seqrec.ensemble import choose_weights
+
+    a, b = load_run(tiny_runs["sasrec"]).model, load_run(tiny_runs["gru4rec"]).model
+    ds = load_prepared(load_run(tiny_runs["sasrec"]).source["prepared"])
+    choice = choose_weights([a, b], ds, step=0.25)
+    assert [w for w, _ in choice.grid] == [(0, 1), (0.25, 0.75), (0.5, 0.5), (0.75, 0.25), (1, 0)]
+    for w, value in choice.grid:  # each grid value is the ensemble's own validation metric
+        direct = ds.evaluate(Ensemble([a, b], w), "valid", protocols=("full",))
+        assert value == pytest.approx(direct.metrics["full"]["ndcg@10"], abs=1e-12)
+    assert choice.value == max(v for _, v in choice.grid)
+    assert choice.metric == "valid full ndcg@10"
+    # an oracle of the validation targets wins at its first non-zero weight (ties: earlier)
+    valid = ds.split.eval_set("valid")
+    oracle = Oracle(valid.users, valid.targets, ds.n_users, ds.n_items)
+    choice = choose_weights([a, oracle], ds, step=0.25, metric="hr@1")
+    assert choice.weights == (0, 1) and choice.value == 1.0
+    choice = choose_weights([oracle, a], ds, step=0.25, metric="hr@1")
+    assert choice.weights == (0.25, 0.75) and choice.value == 1.0
+    with pytest.raises(ValueError, match="rank a sample of the users"):
+        choose_weights([a, b], ds, max_bytes=1000)
+    with pytest.raises(ValueError, match="unknown metric"):
+        choose_weights([a, b], ds, metric="auc")
+
+
+def test_evaluate_ranks_by_an_ensemble_of_runs(
+    tiny_runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from seqrec.cli import main
+
+    one = ["evaluate", str(tiny_runs["sasrec"]), "--json", "--quiet", "--protocol", "full"]
+    assert main(one) == 0
+    alone = json.loads(capsys.readouterr().out)
+    both = [*one, "--with", str(tiny_runs["gru4rec"])]
+    assert main([*both, "--weights", "1,0"]) == 0  # the first run alone
+    assert json.loads(capsys.readouterr().out)["full"] == pytest.approx(alone["full"])
+    assert main([*both, "--weights", "0.5,0.5"]) == 0
+    half = json.loads(capsys.readouterr().out)["full"]
+    from seqrec.checkpoint import load_run
+    from seqrec.data.prepared import load_prepared
+
+    ds = load_prepared(load_run(tiny_runs["sasrec"]).source["prepared"])
+    ens = Ensemble.from_runs([tiny_runs["sasrec"], tiny_runs["gru4rec"]])
+    assert half == pytest.approx(ds.evaluate(ens, "test", protocols=("full",)).metrics["full"])
+    assert main(both) == 0  # weights chosen on validation, said on stderr
+    assert "weights chosen on valid full ndcg@10 (11 grid points)" in capsys.readouterr().err
+    for argv, message in [
+        ([*both, "--weights", "1"], "1 numbers for 2 runs"),
+        ([*both, "--weights", "a,b"], "expected 'valid' or one number per run"),
+        ([*both, "--weights", "0,0"], "not all 0"),
+        ([*one, "--weights", "1"], "give the other runs of the ensemble with --with"),
+        (["evaluate", "pop", "--with", str(tiny_runs["gru4rec"])], "not 'pop'"),
+    ]:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err

@@ -9,19 +9,32 @@ sum does not depend on a member's scale or shift.
 
     ens = Ensemble.from_runs(["runs/lrurec", "runs/sasrec"], weights=[0.6, 0.4])
     report = ds.evaluate(ens, "test")
+
+The weights are chosen on the validation split (`choose_weights`: every weight vector on a grid,
+each member scored once), never on the test split.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from seqrec.evaluate import Scorer
 
-__all__ = ["Ensemble"]
+if TYPE_CHECKING:
+    from seqrec.data.prepared import PreparedDataset
+
+__all__ = ["Ensemble", "WeightChoice", "choose_weights", "weight_grid"]
+
+# the most memory `choose_weights` holds for the members' scores of the validation users
+CHOICE_BYTES = 2 << 30
 
 
 class Ensemble:
@@ -83,3 +96,111 @@ class Ensemble:
             total = part if total is None else total + part
         assert total is not None  # some weight is > 0
         return torch.cat([torch.full_like(total[:, :1], -math.inf), total], dim=1)
+
+
+def weight_grid(n: int, step: float) -> list[tuple[float, ...]]:
+    """Every weight vector of `n` members on the simplex in steps of `step` (1 / step whole)."""
+    k = round(1 / step)
+    if n < 1 or not 0 < step <= 1 or abs(k * step - 1) > 1e-9:
+        raise ValueError(f"a weight grid needs members >= 1 and 1 / step whole, got {n}, {step}")
+    return [
+        tuple(x / k for x in c) for c in itertools.product(range(k + 1), repeat=n) if sum(c) == k
+    ]
+
+
+@dataclass(frozen=True)
+class WeightChoice:
+    """The weights `choose_weights` chose and the validation value of every grid point."""
+
+    weights: tuple[float, ...]
+    value: float
+    grid: list[tuple[tuple[float, ...], float]]
+    metric: str
+
+
+class _Table:
+    """A scorer reading stored rows of scores by user."""
+
+    max_len = None
+
+    def __init__(self, table: torch.Tensor, row_of_user: np.ndarray) -> None:
+        self.table, self.row_of_user = table, torch.from_numpy(row_of_user)
+
+    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
+        assert users is not None
+        return self.table[self.row_of_user[users.cpu()]]
+
+
+class _Recorder:
+    """A member's scorer that stores each user's log-softmax scores as it is evaluated."""
+
+    def __init__(self, member: Scorer, table: torch.Tensor, row_of_user: np.ndarray) -> None:
+        self.member, self.max_len = member, member.max_len
+        self.table, self.row_of_user = table, torch.from_numpy(row_of_user)
+
+    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
+        assert users is not None
+        s = self.member.score(histories, users).float()
+        self.table[self.row_of_user[users.cpu()], 1:] = torch.log_softmax(s[:, 1:], 1).cpu()
+        return s
+
+
+def choose_weights(
+    members: Sequence[Scorer],
+    ds: PreparedDataset,
+    *,
+    step: float = 0.1,
+    protocol: str = "full",
+    metric: str = "ndcg@10",
+    sample_users: int = 0,
+    seed: int = 42,
+    batch_size: int = 256,
+    device: str | torch.device | None = None,
+    max_bytes: int = CHOICE_BYTES,
+) -> WeightChoice:
+    """The grid point (`weight_grid`) with the best `metric` under `protocol` on the validation
+    split (`sample_users`, `seed`: rank a sample of the users, as `PreparedDataset.eval_data`);
+    ties go to the earlier point. Each member is scored once and its log-softmax scores held
+    (users x items x members floats, at most `max_bytes`, else refused)."""
+    from seqrec.evaluate import evaluate, parse_protocols
+    from seqrec.metrics import per_user
+
+    protocol = parse_protocols(protocol)[0]
+    per_user(np.zeros(1, dtype=np.int64), metric)  # a metric it knows, before any scoring
+    grid = weight_grid(len(members), step)
+    eval_set, negatives = ds.eval_data("valid", sample_users, seed)
+    rows = len(eval_set.targets)
+    need = rows * (ds.n_items + 1) * 4 * len(members)
+    if need > max_bytes:
+        raise ValueError(
+            f"choosing weights would hold {need / 2**30:.1f} GiB of scores ({rows:,} users x "
+            f"{ds.n_items:,} items x {len(members)} members); rank a sample of the users "
+            "(eval.sample_users) or give the weights"
+        )
+    row_of_user = np.zeros(ds.n_users, dtype=np.int64)
+    row_of_user[eval_set.users] = np.arange(rows)
+    tables = []
+    for member in members:
+        table = torch.full((rows, ds.n_items + 1), -math.inf)
+        evaluate(
+            _Recorder(member, table, row_of_user),
+            eval_set,
+            protocols=(protocol,),
+            negatives=negatives,
+            batch_size=batch_size,
+            device=device,
+        )
+        tables.append(table)
+    values = []
+    for w in grid:
+        total = sum((x * t for x, t in zip(w, tables, strict=True) if x > 0), torch.zeros(()))
+        report = evaluate(
+            _Table(total, row_of_user),
+            eval_set,
+            protocols=(protocol,),
+            negatives=negatives,
+            batch_size=batch_size,
+        )
+        values.append((w, float(per_user(report.ranks[protocol], metric).mean())))
+    best = max(range(len(grid)), key=lambda i: (values[i][1], -i))
+    return WeightChoice(grid[best], values[best][1], values, f"valid {protocol} {metric}")

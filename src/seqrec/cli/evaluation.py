@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import sys
 from pathlib import Path
 from typing import Any
 
-from seqrec.checkpoint import load_run
+from seqrec.checkpoint import Run, load_run
 from seqrec.cli.common import (
     _add_data_flags,
     _add_kcore_flags,
@@ -36,6 +38,9 @@ from seqrec.train import resolve_device
 def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.save_ranks:
         check_out_file(Path(args.save_ranks), replace=args.force, inputs=[args.model, args.data])
+    if args.with_runs and args.model == "pop":
+        raise ConfigError("--with: an ensemble is of run directories, not 'pop'")
+    _weights_arg(args)  # checked before anything is loaded
     protocols_arg = args.protocol
     ks_arg = [int(k) for k in args.k.split(",")] if args.k else None
     scorer: Scorer
@@ -59,6 +64,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             )
         scorer = run.model
         name = run_label(cfg.model, cfg.train.loss)
+        if args.with_runs:
+            scorer, name = _ensemble(args, run, ds, device)
     else:
         raise SeqrecError(f"{args.model}: neither 'pop' nor a run directory")
     report = ds.evaluate(
@@ -74,6 +81,65 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     )
     _print_report(args, report, name, ds)
     return 0
+
+
+def _weights_arg(args: argparse.Namespace) -> list[float] | None:
+    """--weights checked before anything is loaded: None for "valid" (or no ensemble)."""
+    if args.weights is not None and not args.with_runs:
+        raise ConfigError("--weights: give the other runs of the ensemble with --with")
+    if args.weights in (None, "valid"):
+        return None
+    try:
+        weights = [float(x) for x in args.weights.split(",")]
+    except ValueError:
+        raise ConfigError(
+            f"--weights: expected 'valid' or one number per run, got {args.weights!r}"
+        ) from None
+    if len(weights) != 1 + len(args.with_runs):
+        raise ConfigError(
+            f"--weights: {len(weights)} numbers for {1 + len(args.with_runs)} runs (the run "
+            "and each --with)"
+        )
+    if any(not math.isfinite(w) or w < 0 for w in weights) or sum(weights) <= 0:
+        raise ConfigError(f"--weights: expected numbers >= 0, not all 0, got {args.weights!r}")
+    return weights
+
+
+def _ensemble(
+    args: argparse.Namespace, run: Run, ds: PreparedDataset, device: str
+) -> tuple[Scorer, str]:
+    """The run and the runs of --with as one `Ensemble`, its weights --weights or chosen on
+    the validation split (printed)."""
+    from seqrec.ensemble import Ensemble, choose_weights
+
+    members = [run]
+    for path in args.with_runs:
+        other = load_run(path, device=device, trust=args.trust)
+        if list(other.item_ids) != list(run.item_ids):
+            raise ConfigError(f"{path}: trained on other items than {args.model}")
+        members.append(other)
+    weights = _weights_arg(args)
+    models = [m.model for m in members]
+    if weights is None:
+        cfg = run.config
+        choice = choose_weights(
+            models,
+            ds,
+            sample_users=cfg.eval.sample_users,
+            seed=cfg.eval.negative_seed,
+            batch_size=cfg.eval.batch_size,
+            device=device,
+        )
+        weights = list(choice.weights)
+        print(
+            f"weights chosen on {choice.metric} ({len(choice.grid)} grid points): "
+            + ", ".join(f"{w:.2f}" for w in weights)
+            + f" -> {choice.value:.4f}",
+            file=sys.stderr,
+        )
+    labels = [run_label(m.config.model, m.config.train.loss) for m in members]
+    name = " + ".join(f"{w / sum(weights):.2f} {x}" for w, x in zip(weights, labels, strict=True))
+    return Ensemble(models, weights), name
 
 
 def _print_report(
@@ -244,6 +310,19 @@ def cmd_attention(args: argparse.Namespace) -> int:
 def add_parsers(sub: Any) -> None:
     p = sub.add_parser("evaluate", help="evaluate a model under full / uni100 / pop100")
     p.add_argument("model", help="'pop', or a run directory from `seqrec train`")
+    p.add_argument(
+        "--with",
+        dest="with_runs",
+        action="append",
+        default=[],
+        metavar="RUN_DIR",
+        help="another run of the same items: rank by the ensemble of the runs (repeatable)",
+    )
+    p.add_argument(
+        "--weights",
+        help="the ensemble's weights, one per run ('w1,w2,...'), or 'valid' (the default): "
+        "chosen on the validation split's full NDCG@10 over a grid of step 0.1",
+    )
     _add_data_flags(p, on_a_run=True)
     _add_kcore_flags(p)
     p.add_argument("--protocol", help="comma-separated: full,uni100,pop100 (default: all)")
