@@ -197,7 +197,7 @@ def main() -> None:
         "protocol": "leave-one-out; full ranking and 100 sampled negatives; weights on valid",
         "data": args.data,
         "members": args.member,
-        "seeds": seeds,
+        "training_seeds": seeds,
         "per_seed": results,
         "summary": summary,
         "members_summary": members_summary,

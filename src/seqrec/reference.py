@@ -122,6 +122,10 @@ PUBLISHED: dict[str, str] = {
     "1,409": "BERT4Rec training seconds on a GPU, ML-1M (Klenitskiy & Vasilev, RecSys 2023)",
     "0.0327": "SASRec+, full NDCG@10, Beauty (Klenitskiy & Vasilev, RecSys 2023)",
     "0.0187": "BERT4Rec, full NDCG@10, Beauty (Klenitskiy & Vasilev, RecSys 2023)",
+    "0.1930": "LRURec, full NDCG@10, ML-1M (Yue et al., WSDM 2024)",
+    "0.1902": "SASRec trained with cross-entropy, full NDCG@10, ML-1M (Yue et al., WSDM 2024)",
+    "0.1857": "SASRec+ with 3,000 negatives, full NDCG@10, the BERT4Rec authors' ML-1M file "
+    "(Klenitskiy & Vasilev, RecSys 2023)",
     "0.3219": "SASRec Table III, SASRec, NDCG@10 (uni100), Beauty (SASRec's own preprocessing)",
 }
 
