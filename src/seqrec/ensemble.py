@@ -29,9 +29,10 @@ import torch
 from seqrec.evaluate import Scorer
 
 if TYPE_CHECKING:
+    from seqrec.checkpoint import Run
     from seqrec.data.prepared import PreparedDataset
 
-__all__ = ["Ensemble", "WeightChoice", "choose_weights", "weight_grid"]
+__all__ = ["Ensemble", "WeightChoice", "check_same_items", "choose_weights", "weight_grid"]
 
 # the most memory `choose_weights` holds for the members' scores of the validation users
 CHOICE_BYTES = 2 << 30
@@ -64,12 +65,7 @@ class Ensemble:
         from seqrec.checkpoint import load_run
 
         runs = [load_run(d, device) for d in run_dirs]
-        for run in runs[1:]:
-            if list(run.item_ids) != list(runs[0].item_ids):
-                raise ValueError(
-                    f"{run.path}: its items differ from {runs[0].path}'s; an ensemble's runs "
-                    "must be trained on the same prepared data"
-                )
+        check_same_items(runs)
         return cls([r.model for r in runs], weights)
 
     @property
@@ -96,6 +92,16 @@ class Ensemble:
             total = part if total is None else total + part
         assert total is not None  # some weight is > 0
         return torch.cat([torch.full_like(total[:, :1], -math.inf), total], dim=1)
+
+
+def check_same_items(runs: Sequence[Run]) -> None:
+    """Refuse (ValueError, one line) runs whose item vocabularies differ from the first's."""
+    for run in runs[1:]:
+        if list(run.item_ids) != list(runs[0].item_ids):
+            raise ValueError(
+                f"{run.path}: its items differ from {runs[0].path}'s; an ensemble's runs "
+                "must be trained on the same prepared data"
+            )
 
 
 def weight_grid(n: int, step: float) -> list[tuple[float, ...]]:

@@ -40,7 +40,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         check_out_file(Path(args.save_ranks), replace=args.force, inputs=[args.model, args.data])
     if args.with_runs and args.model == "pop":
         raise ConfigError("--with: an ensemble is of run directories, not 'pop'")
-    _weights_arg(args)  # checked before anything is loaded
+    weights = _weights_arg(args)  # checked before anything is loaded
     protocols_arg = args.protocol
     ks_arg = [int(k) for k in args.k.split(",")] if args.k else None
     scorer: Scorer
@@ -65,7 +65,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         scorer = run.model
         name = run_label(cfg.model, cfg.train.loss)
         if args.with_runs:
-            scorer, name = _ensemble(args, run, ds, device)
+            scorer, name = _ensemble(args, run, ds, device, weights)
     else:
         raise SeqrecError(f"{args.model}: neither 'pop' nor a run directory")
     report = ds.evaluate(
@@ -106,19 +106,18 @@ def _weights_arg(args: argparse.Namespace) -> list[float] | None:
 
 
 def _ensemble(
-    args: argparse.Namespace, run: Run, ds: PreparedDataset, device: str
+    args: argparse.Namespace,
+    run: Run,
+    ds: PreparedDataset,
+    device: str,
+    weights: list[float] | None,
 ) -> tuple[Scorer, str]:
     """The run and the runs of --with as one `Ensemble`, its weights --weights or chosen on
     the validation split (printed)."""
-    from seqrec.ensemble import Ensemble, choose_weights
+    from seqrec.ensemble import Ensemble, check_same_items, choose_weights
 
-    members = [run]
-    for path in args.with_runs:
-        other = load_run(path, device=device, trust=args.trust)
-        if list(other.item_ids) != list(run.item_ids):
-            raise ConfigError(f"{path}: trained on other items than {args.model}")
-        members.append(other)
-    weights = _weights_arg(args)
+    members = [run, *(load_run(p, device=device, trust=args.trust) for p in args.with_runs)]
+    check_same_items(members)
     models = [m.model for m in members]
     if weights is None:
         cfg = run.config
