@@ -1,26 +1,32 @@
 """The GPU check: what one CUDA GPU gives with the shipped recipes, in under 10 minutes.
 
-    python benchmarks/gpu_check.py --data-dir DIR [--budget 60s] [--batch-budget 30s]
-        [--batches 128,512,2048] [--out DIR] [--device cuda] [--skip-tests]
+    python benchmarks/gpu_check.py --data-dir DIR [--budget 60s] [--out DIR] [--device cuda]
+        [--deadline 560] [--skip-tests]
 
-1. the CUDA tests (tests/test_cuda.py, and the training and evaluation tests, whose runs take
-   the GPU when there is one);
-2. time to quality: `ml-1m-bert4rec` and `ml-1m-sasrec-ce` on the papers' ML-1M file under
-   --budget each, no other flag: test NDCG@10 under the three protocols, epochs, seq/s;
-3. throughput by batch: `ml-1m-bert4rec` at each of --batches for --batch-budget, the learning
-   rate scaled by the square root of batch / 128 and the warm-up steps by its inverse (the scaling
-   guide's starting rule), seq/s and test full NDCG@10.
+1. throughput (in one process, no run directory): `ml-1m-bert4rec` and `ml-1m-sasrec-ce`
+   training steps at several batch sizes, with and without batches built ahead
+   (`train.prefetch`), bf16 autocast and packing: sequences/s over about --window seconds of
+   whole epochs after a warm-up epoch, the loop's own way (losses read every 50 steps), and the
+   GPU memory it took;
+2. time to quality: `seqrec train` of each recipe of `RECIPES` on the papers' ML-1M file under
+   --budget: test NDCG@10 and HR@10 under the three protocols, epochs, sequences/s and the
+   GPU's utilisation (nvidia-smi, sampled every 0.5 s) during the run;
+3. the CUDA tests (tests/test_cuda.py and the training, loss and evaluation tests, whose runs
+   take the GPU when there is one) in the time left before --deadline.
 
-Writes benchmarks/results/performance/gpu_check.{md,json} and copies them to --out (the
-device tool's $OUT). benchmarks/gpu_check.sh runs it on a device machine (carried wheels, the
-data folder). --device cpu --budget 10s is its dry run on a machine without a GPU.
+Writes benchmarks/results/performance/gpu_check.{md,json} after each part (and copies them to
+--out, the device tool's $OUT), so a run cut short still returns what it measured.
+benchmarks/gpu_check.sh runs it on a device machine (carried wheels, the data folder).
+--device cpu --budget 10s --window 2 is its dry run on a machine without a GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -33,52 +39,222 @@ from _common import paper_ml1m, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# What a GPU run of each shipped recipe sets (the batch, its learning rate by the square-root
+# rule from the CPU recipe's, warm-up steps by its inverse, validation less often: an epoch is a
+# fraction of a second there, and so is writing the checkpoint), by name: (model, config,
+# settings).
+GPU_COMMON = ("train.prefetch=4", "train.fused_adamw=true", "train.checkpoint_every=20")
+RECIPES: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "bert4rec-b512": (
+        "bert4rec",
+        "ml-1m-bert4rec",
+        (
+            "train.batch_size=512",
+            "train.lr=0.004",
+            "train.warmup_steps=100",
+            "train.eval_every=20",
+            *GPU_COMMON,
+        ),
+    ),
+    "bert4rec-b1024": (
+        "bert4rec",
+        "ml-1m-bert4rec",
+        (
+            "train.batch_size=1024",
+            "train.lr=0.00566",
+            "train.warmup_steps=71",
+            "train.eval_every=20",
+            *GPU_COMMON,
+        ),
+    ),
+    "sasrec-ce-b128": (
+        "sasrec",
+        "ml-1m-sasrec-ce",
+        ("train.eval_every=10", *GPU_COMMON),
+    ),
+    "sasrec-ce-b256": (
+        "sasrec",
+        "ml-1m-sasrec-ce",
+        ("train.batch_size=256", "train.eval_every=10", *GPU_COMMON),
+    ),
+}
 
-def _train(
-    model: str, config: str, data: Path, out: Path, budget: str, device: str, *sets: str
+# throughput rows: (config, settings)
+_B = "ml-1m-bert4rec"
+_S = "ml-1m-sasrec-ce"
+THROUGHPUT: list[tuple[str, tuple[str, ...]]] = [
+    (_B, ("train.batch_size=128", "train.prefetch=0")),
+    (_B, ("train.batch_size=128", "train.prefetch=4")),
+    (_B, ("train.batch_size=512", "train.prefetch=0")),
+    (_B, ("train.batch_size=512", "train.prefetch=4")),
+    (_B, ("train.batch_size=1024", "train.prefetch=4")),
+    (_B, ("train.batch_size=2048", "train.prefetch=4")),
+    (_B, ("train.batch_size=1024", "train.prefetch=4", "train.bf16=true")),
+    (_B, ("train.batch_size=1024", "train.prefetch=4", "cloze.pack=false")),
+    (_S, ("train.batch_size=128", "train.prefetch=0")),
+    (_S, ("train.batch_size=128", "train.prefetch=4")),
+    (_S, ("train.batch_size=256", "train.prefetch=4")),
+    (_S, ("train.batch_size=512", "train.prefetch=4")),
+]
+
+
+class GpuMonitor:
+    """nvidia-smi's utilisation and memory, sampled every 0.5 s into a file, read by window."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.proc: subprocess.Popen[bytes] | None = None
+        if shutil.which("nvidia-smi"):
+            self.proc = subprocess.Popen(
+                [
+                    "nvidia-smi",
+                    "--query-gpu=timestamp,utilization.gpu,memory.used",
+                    "--format=csv,noheader,nounits",
+                    "-lms",
+                    "500",
+                ],
+                stdout=path.open("wb"),
+                stderr=subprocess.DEVNULL,
+            )
+
+    def window(self, start: float, end: float) -> dict[str, float] | None:
+        """Mean utilisation (%) and peak memory (MiB) of the samples between two time.time()s."""
+        if self.proc is None or not self.path.exists():
+            return None
+        util, mem = [], []
+        for line in self.path.read_text().splitlines():
+            parts = [p.strip() for p in line.split(",")]
+            try:
+                stamp = dt.datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+                u, m = float(parts[1]), float(parts[2])
+            except (ValueError, IndexError):
+                continue
+            if start <= stamp <= end:
+                util.append(u)
+                mem.append(m)
+        if not util:
+            return None
+        return {"util_mean": round(sum(util) / len(util), 1), "mem_peak_mib": max(mem)}
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+
+
+def throughput(
+    data: Path, config: str, sets: tuple[str, ...], device: str, window: float
 ) -> dict[str, Any]:
-    """One `seqrec train` run from scratch: what its metrics record."""
+    """Sequences/s of training steps of `config` with `sets`: whole epochs after a warm-up
+    epoch until `window` seconds have passed, the losses read every LOSS_READ_EVERY steps."""
+    import torch
+
+    from seqrec.config import RunConfig, load_config
+    from seqrec.data.prepared import prepare
+    from seqrec.train import LOSS_READ_EVERY, prefetched, resolve_device, setup, torch_settings
+
+    cfg = load_config(RunConfig, config, [f'train.device="{device}"', *sets])
+    ds = prepare(data, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=False)
+    dev = resolve_device(cfg.train.device)
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    with torch_settings(cfg.train, dev):
+        training = setup(ds, cfg, dev)
+
+        def epoch(e: int, until: float) -> int:
+            n, pending = 0, []
+            for batch in prefetched(training.sampler.epoch(e), cfg.train.prefetch):
+                pending.append(training.step(batch))
+                n += batch.size
+                if len(pending) >= LOSS_READ_EVERY:
+                    float(torch.stack(pending).sum())
+                    pending = []
+                if time.perf_counter() > until:
+                    break
+            if pending:
+                float(torch.stack(pending).sum())
+            return n
+
+        epoch(0, math.inf)  # warm-up
+        start, n_seq, e = time.perf_counter(), 0, 1
+        while time.perf_counter() - start < window:
+            n_seq += epoch(e, start + 4 * window)
+            e += 1
+        seconds = time.perf_counter() - start
+    out = {
+        "config": config,
+        "sets": list(sets),
+        "seq_per_s": round(n_seq / seconds),
+        "sequences": n_seq,
+        "seconds": round(seconds, 2),
+        "precision": {k: training.precision[k] for k in ("bf16", "loss_bf16")},
+    }
+    if dev.type == "cuda":
+        out["gpu_mem_gib"] = round(torch.cuda.max_memory_allocated(dev) / 2**30, 2)
+        del training
+        torch.cuda.empty_cache()  # the training runs that follow are other processes
+    return out
+
+
+def time_to_quality(
+    name: str, data: Path, out: Path, budget: str, device: str, monitor: GpuMonitor
+) -> dict[str, Any]:
+    """One `seqrec train` run of recipe `name` from scratch: what its metrics record."""
+    model, config, sets = RECIPES[name]
     if out.exists():
         shutil.rmtree(out)
     cmd = [sys.executable, "-m", "seqrec", "train", model, "--data", str(data), "--out", str(out)]
     cmd += ["--config", config, "--time-budget", budget, "--quiet"]
     for s in (f'train.device="{device}"', *sets):
         cmd += ["--set", s]
-    start = time.perf_counter()
+    start, wall = time.perf_counter(), time.time()
     done = subprocess.run(cmd, capture_output=True, text=True)
+    row: dict[str, Any] = {"recipe": name, "config": config, "sets": list(sets), "budget": budget}
     if done.returncode != 0:
-        return {"config": config, "error": done.stderr.strip().splitlines()[-1:]}
+        return {**row, "error": done.stderr.strip().splitlines()[-3:]}
     m = json.loads((out / "metrics.json").read_text())
+    log = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines()]
     return {
-        "config": config,
-        "sets": list(sets),
-        "budget": budget,
+        **row,
         "wall_s": round(time.perf_counter() - start, 1),
         "epochs": m["epochs"],
+        "best_epoch": m.get("best_epoch"),
         "train_time_s": m["train_time_s"],
         "seq_per_s": m["seq_per_s"],
+        "epoch_seq_per_s_median": sorted(x["seq_per_s"] for x in log)[len(log) // 2],
         "precision": m.get("precision"),
+        "gpu": monitor.window(wall, time.time()),
         "test": {p: {k: m["test"][p][k] for k in ("hr@10", "ndcg@10")} for p in m["test"]},
     }
 
 
-def _tests(device: str) -> dict[str, Any]:
-    files = ["tests/test_cuda.py", "tests/test_train.py", "tests/test_evaluate.py"]
-    env = {"SEQREC_TEST_DEVICE": device} if device != "cuda" else {}
+def run_tests(device: str, seconds: float) -> dict[str, Any]:
+    files = [
+        "tests/test_cuda.py",
+        "tests/test_train.py",
+        "tests/test_losses.py",
+        "tests/test_evaluate.py",
+    ]
+    env = {**os.environ, **({"SEQREC_TEST_DEVICE": device} if device != "cuda" else {})}
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-o", "addopts="]
+    cmd += ["-n", "8", *files] if (os.cpu_count() or 1) >= 8 else files  # pytest-xdist there
     start = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-o", "addopts=", *files],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**__import__("os").environ, **env},
-    )
+    try:
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=max(seconds, 1)
+        )
+        stdout, rc = done.stdout, done.returncode
+    except subprocess.TimeoutExpired as e:
+        raw = e.stdout or b""
+        stdout = raw.decode() if isinstance(raw, bytes) else raw
+        rc = "timeout"
     final = re.compile(r"\d+ (passed|failed|skipped|errors?)\b.* in [\d.]+s")
-    counts = [x for x in done.stdout.splitlines() if final.search(x)]
+    counts = [x for x in stdout.splitlines() if final.search(x)]
+    failed = [x for x in stdout.splitlines() if x.startswith(("FAILED", "ERROR"))]
     return {
         "files": files,
-        "returncode": done.returncode,
-        "summary": counts[-1:] or [f"pytest exit status {done.returncode}"],
+        "returncode": rc,
+        "summary": counts[-1:] or [f"pytest: {rc}"],
+        "failed": failed[:20],
         "seconds": round(time.perf_counter() - start, 1),
     }
 
@@ -95,93 +271,122 @@ def _device_info(device: str) -> dict[str, Any]:
     return info
 
 
+def _markdown(result: dict[str, Any], budget: str) -> str:
+    dev = result["device"]
+
+    def cell(r: dict[str, Any], p: str, k: str = "ndcg@10") -> str:
+        return f"{r['test'][p][k]:.4f}" if "test" in r else "error"
+
+    md = f"# The GPU check: {dev.get('name', dev['device'])}, torch {dev['torch']}\n\n"
+    rows = result.get("throughput", [])
+    if rows:
+        md += (
+            "## Training throughput (one process, whole epochs after a warm-up epoch)\n\n"
+            "| config | settings | sequences/s | GPU memory GiB | bf16, loss bf16 |\n"
+            "|---|---|---|---|---|\n"
+        )
+        for r in rows:
+            if "error" in r:
+                md += f"| `{r['config']}` | {' '.join(r['sets'])} | error: {r['error']} | | |\n"
+                continue
+            p = r["precision"]
+            md += (
+                f"| `{r['config']}` | {' '.join(r['sets'])} | {r['seq_per_s']:,} | "
+                f"{r.get('gpu_mem_gib', '')} | {p['bf16']}, {p['loss_bf16']} |\n"
+            )
+        md += "\n"
+    ttq = result.get("time_to_quality", [])
+    if ttq:
+        md += (
+            f"## Time to quality ({budget} of training each, test split, seed 0)\n\n"
+            "| recipe | settings | epochs | seq/s | GPU util % | test full NDCG@10 | HR@10 | "
+            "uni100 NDCG@10 | pop100 NDCG@10 |\n|---|---|---|---|---|---|---|---|---|\n"
+        )
+        for r in ttq:
+            if "skipped" in r or "error" in r:
+                md += f"| {r['recipe']} | {r.get('skipped') or r.get('error')} |\n"
+                continue
+            gpu = (r.get("gpu") or {}).get("util_mean", "")
+            md += (
+                f"| {r['recipe']} (`{r['config']}`) | {' '.join(r['sets'])} | "
+                f"{r.get('epochs', '')} | {r.get('seq_per_s', 0):,.0f} | {gpu} | "
+                f"{cell(r, 'full')} | {cell(r, 'full', 'hr@10')} | {cell(r, 'uni100')} | "
+                f"{cell(r, 'pop100')} |\n"
+            )
+        md += "\n"
+    tests = result.get("tests")
+    if tests:
+        md += f"CUDA tests ({', '.join(tests['files'])}): {' '.join(tests['summary'][-1:])}\n\n"
+    return md + f"Total {result.get('seconds', 0):.0f} s.\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data-dir")
     ap.add_argument("--budget", default="60s")
-    ap.add_argument("--batch-budget", default="30s")
-    ap.add_argument("--batches", default="128,512,2048")
+    ap.add_argument("--window", type=float, default=4.0, help="seconds per throughput row")
+    ap.add_argument("--recipes", default=",".join(RECIPES))
     ap.add_argument("--out", help="also copy the results here (the device tool's $OUT)")
     ap.add_argument("--runs", default="/tmp/seqrec-gpu-check")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--deadline", type=float, default=560.0, help="seconds for all three parts")
     ap.add_argument("--skip-tests", action="store_true")
+    ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--name", default="gpu_check")
     args = ap.parse_args()
     data = paper_ml1m(args.data_dir)
     runs = Path(args.runs)
+    runs.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
+    monitor = GpuMonitor(runs / "nvidia-smi.csv")
     result: dict[str, Any] = {"device": _device_info(args.device)}
     print(json.dumps(result["device"]), flush=True)
-    if not args.skip_tests:
-        result["tests"] = _tests(args.device)
-        print("tests:", result["tests"]["summary"], flush=True)
-    result["time_to_quality"] = [
-        _train(model, cfg, data, runs / cfg, args.budget, args.device)
-        for model, cfg in (("bert4rec", "ml-1m-bert4rec"), ("sasrec", "ml-1m-sasrec-ce"))
-    ]
-    print(json.dumps(result["time_to_quality"]), flush=True)
-    rows = []
-    for b in (int(x) for x in args.batches.split(",")):
-        scale = math.sqrt(b / 128)
-        sets = (
-            f"train.batch_size={b}",
-            f"train.lr={2e-3 * scale:.6g}",
-            f"train.warmup_steps={round(200 / scale)}",
-        )
-        rows.append(
-            _train(
-                "bert4rec",
-                "ml-1m-bert4rec",
-                data,
-                runs / f"batch-{b}",
-                args.batch_budget,
-                args.device,
-                *sets,
-            )
-        )
-        print(json.dumps(rows[-1]), flush=True)
-    result["by_batch"] = rows
-    result["seconds"] = round(time.perf_counter() - start, 1)
 
-    def cell(r: dict[str, Any], p: str) -> str:
-        return f"{r['test'][p]['ndcg@10']:.4f}" if "test" in r else "error"
-
-    ttq = "".join(
-        f"| `{r['config']}` | {r.get('budget', '')} | {r.get('epochs', '')} | "
-        f"{r.get('seq_per_s', 0):,.0f} | {cell(r, 'full')} | {cell(r, 'uni100')} | "
-        f"{cell(r, 'pop100')} |\n"
-        for r in result["time_to_quality"]
-    )
-    by_batch = "".join(
-        f"| {b} | {' '.join(r.get('sets', [])[1:])} | {r.get('epochs', '')} | "
-        f"{r.get('seq_per_s', 0):,.0f} | {cell(r, 'full')} |\n"
-        for b, r in zip(args.batches.split(","), rows, strict=True)
-    )
-    dev = result["device"]
-    tests = result.get("tests", {})
-    md = (
-        f"# The GPU check: {dev.get('name', dev['device'])}, torch {dev['torch']}\n\n"
-        + (
-            f"CUDA tests ({', '.join(tests['files'])}): {' '.join(tests['summary'][-1:])}\n\n"
-            if tests
-            else ""
+    def save() -> None:
+        result["seconds"] = round(time.perf_counter() - start, 1)
+        paths = write_results(
+            args.name,
+            result,
+            _markdown(result, args.budget),
+            seeds={"train": 0, "candidates": 42},
+            area="performance",
         )
-        + "## Time to quality (the shipped configs, no other flag)\n\n"
-        "| config | budget | epochs | seq/s | test full NDCG@10 | uni100 | pop100 |\n"
-        f"|---|---|---|---|---|---|---|\n{ttq}\n"
-        f"## BERT4Rec throughput by batch ({args.batch_budget} each; lr x sqrt(batch/128), "
-        "warm-up / sqrt)\n\n"
-        "| batch | lr, warm-up | epochs | seq/s | test full NDCG@10 |\n|---|---|---|---|---|\n"
-        f"{by_batch}\nTotal {result['seconds']:.0f} s.\n"
-    )
-    paths = write_results(
-        args.name, result, md, seeds={"train": 0, "candidates": 42}, area="performance"
-    )
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        for p in paths:
-            shutil.copy(p, Path(args.out) / p.name)
-    print(md)
+        if args.out:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            for p in paths:
+                shutil.copy(p, Path(args.out) / p.name)
+
+    try:
+        if not args.skip_throughput:
+            result["throughput"] = []
+            for config, sets in THROUGHPUT:
+                try:
+                    row = throughput(data, config, sets, args.device, args.window)
+                except Exception as err:  # one row's failure is reported, the rest still run
+                    row = {"config": config, "sets": list(sets), "error": repr(err)[:300]}
+                result["throughput"].append(row)
+                print(json.dumps(row), flush=True)
+            save()
+        result["time_to_quality"] = []
+        from seqrec.config import parse_duration
+
+        need = parse_duration(args.budget) + 30
+        for name in args.recipes.split(","):
+            if time.perf_counter() - start + need > args.deadline:
+                result["time_to_quality"].append({"recipe": name, "skipped": "out of time"})
+                continue
+            row = time_to_quality(name, data, runs / name, args.budget, args.device, monitor)
+            result["time_to_quality"].append(row)
+            print(json.dumps(row), flush=True)
+            save()
+        if not args.skip_tests:
+            left = args.deadline - (time.perf_counter() - start)
+            result["tests"] = run_tests(args.device, left)
+            print("tests:", result["tests"]["summary"], result["tests"]["failed"], flush=True)
+    finally:
+        monitor.close()
+        save()
+    print(_markdown(result, args.budget))
 
 
 if __name__ == "__main__":

@@ -4,19 +4,30 @@
 #
 #   SEQREC_DATA_DIR=/path/to/data bash benchmarks/gpu_check.sh
 #
-# On a lent device machine (its image has torch; polars, fastapi & co. travel as wheels, and the
-# data folder as a carried copy; both folders ignored by git):
+# On a lent device machine (its image has torch; polars travels as wheels, the data folder as a
+# carried copy, and a shallow clone's .git so the results record the commit; all three folders
+# ignored by git):
 #   mkdir -p .data/bert4rec-paper && cp $SEQREC_DATA_DIR/bert4rec-paper/ml-1m.txt.gz .data/bert4rec-paper/
-#   device run: command "bash benchmarks/gpu_check.sh", carry [".whl", ".data"], timeout 600
-# The results come back in $OUT (gpu_check.md, gpu_check.json).
+#   cp .whl/polars*.whl .whl-gpu/        # polars and polars_runtime only (the 64 MiB limit)
+#   git clone -q --depth 1 "file://$PWD" /tmp/shallow && rm -rf .gpu/git && cp -r /tmp/shallow/.git .gpu/git
+#   device run: command "bash benchmarks/gpu_check.sh", carry [".whl-gpu", ".data", ".gpu/git"]
+# The results come back in $OUT (gpu_check.md, gpu_check.json, the log).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if compgen -G ".whl/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl
-    export PYTHONPATH=/tmp/site
-fi
+for w in .whl-gpu .whl; do
+    if compgen -G "$w/*.whl" >/dev/null; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target /tmp/site "$w"/*.whl
+        export PYTHONPATH=/tmp/site
+        break
+    fi
+done
+if [ ! -e .git ] && [ -d .gpu/git ]; then cp -r .gpu/git .git; fi
+git rev-parse HEAD 2>/dev/null || echo "no git here: the results record the commit as unknown"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export SEQREC_HOME="${SEQREC_HOME:-/tmp/seqrec-home}"
 DATA="${SEQREC_DATA_DIR:-$PWD/.data}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
-python3 benchmarks/gpu_check.py --data-dir "$DATA" --out "${OUT:-/tmp/gpu-check}" "$@"
+OUT_DIR="${OUT:-/tmp/gpu-check}"
+mkdir -p "$OUT_DIR"
+python3 benchmarks/gpu_check.py --data-dir "$DATA" --out "$OUT_DIR" "$@" 2>&1 | tee "$OUT_DIR/gpu_check.log"

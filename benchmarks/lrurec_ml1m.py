@@ -34,7 +34,7 @@ def _speed(ds: PreparedDataset, config: str, steps: int) -> dict[str, Any]:
     times, sizes = [], []
     for i, batch in zip(range(steps + 2), training.sampler.epoch(0), strict=False):
         start = time.perf_counter()
-        training.step(batch)
+        float(training.step(batch))  # until the device has done it
         if i >= 2:
             times.append(time.perf_counter() - start)
             sizes.append(batch.size)

@@ -64,8 +64,9 @@ def measure(cfg: RunConfig, ds: Any, steps: int, repeats: int, warmup: int) -> d
         n_seq, t0 = 0, time.perf_counter()
         # building the batches is part of the cost
         for batch in islice(sampler.epoch(epoch), steps or None):
-            training.step(batch)
+            loss = training.step(batch)
             n_seq += batch.size
+        float(loss)  # the window ends when the device has done its steps
         rates.append(n_seq / (time.perf_counter() - t0))
     seq_s = statistics.median(rates)
     epoch_seqs = sum(b.size for b in sampler.epoch(0))

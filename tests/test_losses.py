@@ -54,6 +54,10 @@ def test_chunk_rows_shrink_with_the_catalogue() -> None:
     assert losses.ce_chunk_rows(3416) == 512
     assert losses.ce_chunk_rows(54542) == 76
     assert losses.ce_chunk_rows(10_000_000) == 16  # a floor: never a one-row matmul
+    # on a GPU up to 2**27 floats a chunk: 39,290 rows of ML-1M's items, one chunk a batch
+    assert losses.ce_chunk_rows(3416, "cuda") == 2**27 // 3416 == 39290
+    assert losses.ce_chunk_rows(1_000_000, torch.device("cuda", 0)) == 134
+    assert losses.ce_chunk_rows(10**9, "cuda") == 16
 
 
 def test_chunked_cross_entropy_with_small_chunks_matches_the_reference(
@@ -119,10 +123,17 @@ def test_the_loss_sees_only_its_positions(name: str) -> None:
     inputs = torch.ones(2, 5, dtype=torch.long)
     spec = LossSpec(name=name, n_items=7, n_negatives=2)
     negatives = torch.tensor([[1, 2], [5, 6], [1, 1]])
-    loss = model_loss(_Probe(hidden, 7), spec, inputs, masked, torch.tensor([3, 4, 7]), negatives)
+    probe = _Probe(hidden, 7)
+    loss = model_loss(probe, spec, inputs, masked, torch.tensor([3, 4, 7]), negatives)
     (grad,) = torch.autograd.grad(loss, hidden)
     touched = grad.abs().sum(-1) > 0
     assert torch.equal(touched, masked)
+    # the same positions as flat indices (what a training step gives, Batch.index): 1, 4 and
+    # 5 + 3 = 8 of the 2 x 5 positions; the same loss and gradient
+    index = torch.tensor([1, 4, 8])
+    again = model_loss(probe, spec, inputs, index, torch.tensor([3, 4, 7]), negatives)
+    assert float(again.detach()) == float(loss.detach())
+    assert torch.equal(torch.autograd.grad(again, hidden)[0], grad)
 
 
 # ------------------------------------------------------------- the sampled losses, naively
@@ -225,6 +236,9 @@ def test_per_sequence_negatives_equal_the_same_negatives_per_position(name: str)
     a = model_loss(probe, seq_spec, inputs, positions, targets, per_seq)
     b = model_loss(probe, pos_spec, inputs, positions, targets, per_seq[rows])
     assert float(a.detach()) == pytest.approx(float(b.detach()), rel=1e-6)
+    flat = torch.tensor([1, 2, 3, 6, 7])  # the same positions as flat indices into 2 x 4
+    c = model_loss(probe, seq_spec, inputs, flat, targets, per_seq)
+    assert float(c.detach()) == float(a.detach())
 
 
 @pytest.mark.parametrize("name", ["bce", "sampled_softmax", "gbce"])

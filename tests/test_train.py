@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -185,13 +186,15 @@ def test_train_step_scales_the_loss_by_the_batch_loss_scale() -> None:
     frozen = torch.optim.SGD(model.parameters(), lr=0.0)  # the weights stay as they are
     t = TrainConfig(clip_norm=0.0)
     losses = [
-        train_step(
-            model,
-            spec,
-            Batch(inputs, positions, targets_grid[positions], loss_scale=scale),
-            frozen,
-            t,
-            torch.device("cpu"),
+        float(
+            train_step(
+                model,
+                spec,
+                Batch(inputs, positions, targets_grid[positions], loss_scale=scale),
+                frozen,
+                t,
+                torch.device("cpu"),
+            )
         )
         for scale in (1.0, 2.5)
     ]
@@ -318,10 +321,11 @@ def test_a_non_finite_loss_stops_the_run_naming_epoch_and_step(
     per_epoch = len(entry("bert4rec").batches(cfg, toy))
     real_step, calls = train_module.train_step, []
 
-    def diverging(*args: object, **kwargs: object) -> float:
+    def diverging(*args: object, **kwargs: object) -> torch.Tensor:
         calls.append(1)
         loss = real_step(*args, **kwargs)  # type: ignore[arg-type]
-        return math.nan if len(calls) == per_epoch + 3 else loss  # the 3rd update of epoch 1
+        # the 3rd update of epoch 1, and a later one (the first is the one named)
+        return loss * math.nan if len(calls) in (per_epoch + 3, per_epoch + 4) else loss
 
     monkeypatch.setattr(train_module, "train_step", diverging)
     with pytest.raises(TrainingError, match=rf"loss is nan at epoch 1, step {per_epoch + 3};"):
@@ -340,7 +344,7 @@ def test_non_finite_weights_stop_the_run_before_they_are_kept(
     per_epoch = len(entry("bert4rec").batches(cfg, toy))
     real_step, calls = train_module.train_step, []
 
-    def poisoning(model: torch.nn.Module, *args: object, **kwargs: object) -> float:
+    def poisoning(model: torch.nn.Module, *args: object, **kwargs: object) -> torch.Tensor:
         loss = real_step(model, *args, **kwargs)  # type: ignore[arg-type]
         calls.append(1)
         if len(calls) == 2 * per_epoch:  # after the last update of epoch 1, its loss finite
@@ -566,3 +570,60 @@ def test_a_sample_of_users_is_evaluated_the_same_one_at_every_split(
     assert result.metrics["test"]["full"] == pytest.approx(again.metrics["full"], abs=1e-6)
     everyone = toy.evaluate(result.model, "test", protocols=["full"])
     assert everyone.metrics["full"] != again.metrics["full"]
+
+
+def test_prefetched_batches_are_the_same_in_the_same_order() -> None:
+    import threading
+
+    from seqrec.train import prefetched
+
+    items = [torch.tensor([i]) for i in range(25)]
+    assert [int(t) for t in prefetched(iter(items), 3)] == list(range(25))
+    assert [int(t) for t in prefetched(iter(items), 0)] == list(range(25))
+
+    def failing() -> Iterator[torch.Tensor]:
+        yield items[0]
+        raise ValueError("batch 1 cannot be built")
+
+    got = []
+    with pytest.raises(ValueError, match="batch 1 cannot be built"):
+        for t in prefetched(failing(), 2):
+            got.append(int(t))
+    assert got == [0]
+    # a loop that stops early stops the builder thread
+    it = prefetched(iter(items), 2)
+    assert int(next(it)) == 0
+    it.close()
+    assert not any(t.name == "seqrec-batches" for t in threading.enumerate())
+
+
+def test_a_run_with_prefetched_batches_ends_at_the_same_weights(
+    toy: PreparedDataset, tmp_path: Path
+) -> None:
+    """train.prefetch changes where the batches are built, not what is trained."""
+    a = fit(toy, _config(max_epochs=3, eval_every=3), tmp_path / "a", progress=False)
+    b = fit(toy, _config(max_epochs=3, eval_every=3, prefetch=2), tmp_path / "b", progress=False)
+    for (name, x), y in zip(
+        a.model.state_dict().items(), b.model.state_dict().values(), strict=True
+    ):
+        assert torch.equal(x, y), name
+    log_a = [json.loads(x) for x in (tmp_path / "a" / "log.jsonl").read_text().splitlines()]
+    log_b = [json.loads(x) for x in (tmp_path / "b" / "log.jsonl").read_text().splitlines()]
+    assert [x["loss"] for x in log_a] == [x["loss"] for x in log_b]
+
+
+def test_checkpoint_every_k_epochs_and_after_the_last(
+    toy: PreparedDataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    saved: list[int] = []
+    real = RunDir.save_checkpoint
+
+    def spy(self: RunDir, state: dict[str, object]) -> None:
+        saved.append(int(state["epoch"]))  # type: ignore[call-overload]
+        real(self, state)
+
+    monkeypatch.setattr(RunDir, "save_checkpoint", spy)
+    cfg = _config(max_epochs=5, eval_every=5, checkpoint_every=2)
+    fit(toy, cfg, tmp_path / "r", progress=False)
+    assert saved == [1, 3, 4]  # after epochs 2 and 4 (1-based), and the last
+    assert len((tmp_path / "r" / "log.jsonl").read_text().splitlines()) == 5

@@ -118,13 +118,13 @@ def broadcast_float(value: float, r: Ranks, device: torch.device) -> float:
     return float(t.item())
 
 
-def all_mean(value: float, r: Ranks, device: torch.device) -> float:
-    """The mean of a number over the ranks."""
+def all_mean(value: torch.Tensor, r: Ranks, device: torch.device) -> torch.Tensor:
+    """The mean of a 0-dim tensor over the ranks (queued: nothing waits for it here)."""
     if not r.distributed:
         return value
-    t = torch.tensor([value], dtype=torch.float64, device=device)
+    t = value.detach().to(device, torch.float64).reshape(1)
     dist.all_reduce(t)
-    return float(t.item()) / r.world
+    return t[0] / r.world
 
 
 def all_gather(value: T, r: Ranks) -> list[T]:

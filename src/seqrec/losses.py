@@ -63,8 +63,17 @@ CE_CHUNK_ROWS = 512
 CE_CHUNK_ELEMENTS = 1 << 22
 
 
-def ce_chunk_rows(n_items: int) -> int:
-    """Rows per chunk of the chunked CE for a catalogue of `n_items`."""
+# On a GPU the cache argument does not hold and every chunk costs a dozen kernel launches, which
+# at ML-1M's size take longer than the arithmetic: chunks of up to CE_CHUNK_ELEMENTS_CUDA floats
+# (512 MiB), so a BERT4Rec batch of 1,024 on ML-1M is one chunk, and memory stays bounded for
+# any catalogue.
+CE_CHUNK_ELEMENTS_CUDA = 1 << 27
+
+
+def ce_chunk_rows(n_items: int, device: torch.device | str = "cpu") -> int:
+    """Rows per chunk of the chunked CE for a catalogue of `n_items` on `device`."""
+    if torch.device(device).type == "cuda":
+        return max(16, CE_CHUNK_ELEMENTS_CUDA // max(n_items, 1))
     return max(16, min(CE_CHUNK_ROWS, CE_CHUNK_ELEMENTS // max(n_items, 1)))
 
 
@@ -99,7 +108,7 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         lse = torch.empty(M, dtype=torch.float32, device=z.device)
         total = torch.zeros((), dtype=torch.float32, device=z.device)
         w = _mm_operand(weight, bf16)  # converted once, not per chunk
-        rows = ce_chunk_rows(weight.shape[0])
+        rows = ce_chunk_rows(weight.shape[0], z.device)
         for lo in range(0, M, rows):
             hi = min(lo + rows, M)
             logits = _logits(z[lo:hi], w, bias, bf16)  # (C, V)
@@ -123,7 +132,7 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         dw = torch.zeros(weight.shape, dtype=torch.float32, device=z.device)
         db = None if bias is None else torch.zeros(bias.shape, dtype=torch.float32, device=z.device)
         w = _mm_operand(weight, ctx.bf16)
-        chunk = ce_chunk_rows(weight.shape[0])
+        chunk = ce_chunk_rows(weight.shape[0], z.device)
         for lo in range(0, M, chunk):
             hi = min(lo + chunk, M)
             p = _logits(z[lo:hi], w, bias, ctx.bf16)  # (C, V)
@@ -396,6 +405,13 @@ class ItemModel(Protocol):
     def pair_logits(self, features: torch.Tensor, items: torch.Tensor) -> torch.Tensor: ...
 
 
+def _at(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """x (B, L, ...) at `positions`: a (B, L) bool mask or (M,) flat indices -> (M, ...)."""
+    if positions.dtype == torch.bool:
+        return x[positions]
+    return x.flatten(0, 1).index_select(0, positions)
+
+
 def model_loss(
     model: ItemModel,
     spec: LossSpec,
@@ -408,7 +424,9 @@ def model_loss(
     forward: Any = None,
 ) -> torch.Tensor:
     """Run the model on `inputs` (B, L) and compute the loss at the `positions` (B, L) bool
-    only (BERT4Rec: the masked items, Eq. 8; SASRec: every non-padding position, §III-E). The
+    only (BERT4Rec: the masked items, Eq. 8; SASRec: every non-padding position, §III-E), or at
+    their (M,) int64 flat indices into the B * L positions in row-major order (`Batch.index`:
+    the same positions, gathered without the device synchronisation a boolean mask costs). The
     hidden states there are gathered *before* the output layer, so the output layer runs for
     the M target positions only (except with per-sequence negatives, scored at every position
     by one batched matmul). `layout`: a packed batch's segments and positions, given to the
@@ -421,7 +439,7 @@ def model_loss(
                 f"loss {spec.name!r}: this model scores (user, item) pairs, so it trains with a "
                 "sampled loss and negatives per position"
             )
-        z = model.output_features(hidden[positions])  # (M, D)
+        z = model.output_features(_at(hidden, positions))  # (M, D)
         logits = model.pair_logits(z, torch.cat([targets[:, None], negatives], dim=1)).float()
         return SAMPLED_LOSSES[spec.name](spec, logits[:, 0], logits[:, 1:])
     weight, bias = model.output_weights()
@@ -429,10 +447,10 @@ def model_loss(
         if negatives is None or spec.name not in SAMPLED_LOSSES:
             raise ValueError(f"loss {spec.name!r} with per-sequence negatives needs negatives")
         features = model.output_features(hidden)  # (B, L, D)
-        neg = sequence_negative_logits(features, weight, bias, negatives)[positions]  # (M, k)
-        pos = target_logits(features[positions], weight, bias, targets)  # (M,)
+        neg = _at(sequence_negative_logits(features, weight, bias, negatives), positions)
+        pos = target_logits(_at(features, positions), weight, bias, targets)  # (M,)
         return SAMPLED_LOSSES[spec.name](spec, pos, neg)
-    z = model.output_features(hidden[positions])  # (M, D)
+    z = model.output_features(_at(hidden, positions))  # (M, D)
     if spec.name != "ce" and spec.negatives_per == "batch":
         if negatives is None or spec.name not in SHARED_NEGATIVE_LOSSES:
             raise ValueError(

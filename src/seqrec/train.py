@@ -14,8 +14,10 @@ import contextlib
 import copy
 import dataclasses
 import math
+import queue
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -140,17 +142,20 @@ def train_step(
     *,
     forward: nn.Module | None = None,
     weight: float = 1.0,
-) -> float:
-    """One update on `batch` (bf16 autocast and clipping as `t` says); returns the loss.
+) -> torch.Tensor:
+    """One update on `batch` (bf16 autocast and clipping as `t` says); returns the loss, a
+    0-dim tensor on `device`. Nothing here waits for the device: on a GPU the host goes on to
+    the next batch while this one runs, and reading the loss (`float`) is what waits.
     `forward`: the model as it runs forward (DistributedDataParallel's wrapper of `model` in a
     distributed run); `weight`: this rank's share of the batch (seqrec.distributed.shard)."""
+    index = batch.index().to(device, non_blocking=device.type == "cuda")
     batch = batch.to(device)
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=_resolved(t.bf16, "bf16")):
         loss = model_loss(
             model,
             spec,
             batch.inputs,
-            batch.positions,
+            index,
             batch.targets,
             batch.negatives,
             batch.model_inputs(users=model.uses_users),
@@ -163,7 +168,7 @@ def train_step(
     if t.clip_norm > 0:
         nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
     optimizer.step()
-    return float(loss.detach())
+    return loss.detach()
 
 
 def lr_factor(
@@ -184,14 +189,25 @@ def lr_factor(
     return 1.0 - x
 
 
-def _best_time(fn: Callable[[], Any], repeats: int = 3) -> float:
+def _best_time(
+    fn: Callable[[], Any], repeats: int = 3, device: torch.device | None = None
+) -> float:
+    """The fastest of `repeats` calls of `fn` after one untimed, each timed until `device` has
+    done its work (a GPU runs what it is given after the call returns)."""
     fn()  # warm-up
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
+        synchronize(device)
         times.append(time.perf_counter() - start)
     return min(times)
+
+
+def synchronize(device: torch.device | None) -> None:
+    """Wait until a GPU `device` has run everything queued on it (nothing to wait for on a CPU)."""
+    if device is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _has_matrix_units(device: torch.device) -> bool:
@@ -246,7 +262,10 @@ def resolve_precision(
         def ce(use_bf16: bool) -> Callable[[], None]:
             return lambda: full_cross_entropy(z, w, None, y, bf16=use_bf16).backward()
 
-        found["loss_s"] = {"fp32": _best_time(ce(False)), "bf16": _best_time(ce(True))}
+        found["loss_s"] = {
+            "fp32": _best_time(ce(False), device=device),
+            "bf16": _best_time(ce(True), device=device),
+        }
         loss_bf16 = found["loss_s"]["bf16"] < found["loss_s"]["fp32"]
     if bf16 == "auto":
         if not _has_matrix_units(device):
@@ -274,8 +293,8 @@ def resolve_precision(
                 return run
 
             found["step_s"] = {
-                "fp32": _best_time(step(False), 2),
-                "bf16": _best_time(step(True), 2),
+                "fp32": _best_time(step(False), 2, device),
+                "bf16": _best_time(step(True), 2, device),
             }
             bf16 = found["step_s"]["bf16"] < found["step_s"]["fp32"]
     return _with_precision(cfg, bool(bf16), bool(loss_bf16)), found
@@ -620,11 +639,11 @@ def _train(
             loss_sum, n_batches, n_seq, lr, out_of_time = e
             seconds = time.perf_counter() - epoch_start
             cpu_seconds = time.process_time() - cpu_start
-            if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+            if not bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all()):
                 bar.close()  # nothing of this epoch is kept: no checkpoint, no best state
                 raise TrainingError(
                     f"{run.path}: the model's weights are not finite after epoch {epoch}; "
-                    f"training stopped, the checkpoint of the last finished epoch is kept"
+                    f"training stopped, the last checkpoint is kept"
                 )
             line: dict[str, Any] = {
                 "epoch": epoch,
@@ -655,12 +674,14 @@ def _train(
                 val=f"{loop.best['metric']:.4f}" if loop.best["epoch"] >= 0 else "-",
                 seq_s=f"{line['seq_per_s']:.0f}",
             )
+            reason = _stop_reason(t, loop, total_steps, out_of_time)
             if r.main:
-                run.write_log(loop.history)
                 if events is not None:
                     events.add(line)
-                run.save_checkpoint(loop.checkpoint(training, epoch, commit, training.precision))
-            reason = _stop_reason(t, loop, total_steps, out_of_time)
+                if (epoch + 1) % t.checkpoint_every == 0 or reason or last:
+                    run.write_log(loop.history)
+                    state = loop.checkpoint(training, epoch, commit, training.precision)
+                    run.save_checkpoint(state)
             if reason:
                 stopped = reason
                 break
@@ -690,31 +711,92 @@ def _updates(
 ) -> tuple[float, int, int, float, bool]:
     """One epoch's updates, until its batches, the steps or the budget end: (summed loss,
     batches, sequences, the last learning rate, whether the budget ran out). A non-finite loss
-    stops the run."""
-    loss_sum, n_batches, n_seq, lr, timed = 0.0, 0, 0, 0.0, math.isfinite(budget)
+    stops the run. The losses are read every `LOSS_READ_EVERY` steps, not at each: reading one
+    waits for the device, and on a GPU the host builds the next batches meanwhile."""
+    n_batches, n_seq, lr, timed = 0, 0, 0.0, math.isfinite(budget)
+    losses: list[float] = []
+    pending: list[torch.Tensor] = []
 
     def clock() -> float:  # rank 0's, in a distributed run: every rank decides alike
         return broadcast_float(time.perf_counter() - started, training.ranks, training.device)
 
-    for batch in training.sampler.epoch(epoch):
+    def read() -> None:  # the pending losses, the first non-finite one stopping the run
+        values = torch.stack(pending).double().cpu().tolist() if pending else []
+        pending.clear()
+        for value in values:
+            losses.append(value)
+            if not math.isfinite(value):
+                bar.close()
+                raise TrainingError(
+                    f"{run.path}: the training loss is {value} at epoch {epoch}, step "
+                    f"{loop.step - n_batches + len(losses)}; training stopped, the last "
+                    "checkpoint is kept (try a lower train.lr)"
+                )
+
+    out_of_time = False
+    for batch in prefetched(training.sampler.epoch(epoch), training.cfg.train.prefetch):
         lr = set_lr(loop.step, clock())
-        loss = training.step(batch)
+        pending.append(training.step(batch))
         loop.step += 1
-        if not math.isfinite(loss):
-            bar.close()
-            raise TrainingError(
-                f"{run.path}: the training loss is {loss} at epoch {epoch}, step "
-                f"{loop.step}; training stopped, the checkpoint of the last finished epoch "
-                "is kept (try a lower train.lr)"
-            )
-        loss_sum, n_batches, n_seq = loss_sum + loss, n_batches + 1, n_seq + batch.size
+        n_batches, n_seq = n_batches + 1, n_seq + batch.size
+        if len(pending) >= LOSS_READ_EVERY:
+            read()
         now = clock()
         bar.update(max(0, int(min(now, budget)) - bar.n) if timed else 1)
         if now > budget:
-            return loss_sum, n_batches, n_seq, lr, True
+            out_of_time = True
+            break
         if loop.step >= total_steps:  # train.max_steps reached (mid-epoch)
             break
-    return loss_sum, n_batches, n_seq, lr, False
+    read()
+    return math.fsum(losses), n_batches, n_seq, lr, out_of_time
+
+
+# training losses read (waited for) once per this many steps, and at the end of an epoch
+LOSS_READ_EVERY = 50
+
+
+def prefetched(batches: Iterator[Batch], ahead: int) -> Iterator[Batch]:
+    """`batches` in their order, built up to `ahead` in advance by a background thread (the
+    numpy work of building one mostly releases the GIL); `ahead` 0: built in this thread, each
+    when it is asked for. An error in building one is raised here; closing this iterator (a
+    loop that stops early) stops the thread."""
+    if ahead <= 0:
+        yield from batches
+        return
+    ready: queue.Queue[Any] = queue.Queue(maxsize=ahead)
+    stop = threading.Event()
+    end = object()
+
+    def put(item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def build() -> None:
+        try:
+            for batch in batches:
+                if not put(batch):
+                    return
+        except BaseException as err:  # handed to the consumer, raised there
+            put(err)
+            return
+        put(end)
+
+    worker = threading.Thread(target=build, name="seqrec-batches", daemon=True)
+    worker.start()
+    try:
+        while (item := ready.get()) is not end:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        worker.join()
 
 
 def _stop_reason(t: TrainConfig, loop: _LoopState, total_steps: int, out_of_time: bool) -> str:
@@ -926,9 +1008,10 @@ class Training:
     ranks: Ranks = field(default_factory=Ranks)
     forward: nn.Module | None = None
 
-    def step(self, batch: Batch) -> float:
+    def step(self, batch: Batch) -> torch.Tensor:
         """One update on `batch` (this rank's share of it, in a distributed run); returns the
-        batch's loss."""
+        batch's loss, a 0-dim tensor on the device (`train_step`: reading it waits for the
+        GPU)."""
         part, weight = shard(batch, self.ranks, self.cfg.train.negatives_per)
         loss = train_step(
             self.model,
@@ -1017,7 +1100,7 @@ def epochs_bought(ds: PreparedDataset, cfg: RunConfig, *, steps: int = 10) -> fl
     times = []
     for i, batch in zip(range(steps + 2), training.sampler.epoch(0), strict=False):
         start = time.perf_counter()
-        training.step(batch)
+        float(training.step(batch))  # the step's time: until the device has done it
         if i >= 2:
             times.append(time.perf_counter() - start)
     epoch_s = len(training.sampler) * statistics.fmean(times or [math.inf])

@@ -138,14 +138,24 @@ class Batch:
             out["users"] = self.users
         return out
 
+    def index(self) -> torch.Tensor:
+        """(M,) int64: the flat indices of `positions` into the B * L positions, row-major (the
+        order of `targets`), found where the batch is (on the CPU, before it is moved)."""
+        return self.positions.reshape(-1).nonzero()[:, 0]
+
     def to(self, device: torch.device | str) -> Batch:
+        """The batch on `device`. To a GPU the copies are queued without waiting (the host
+        arrays are staged at once, so they may be reused), and the device runs them in order
+        before the kernels queued after them."""
+        non_blocking = torch.device(device).type == "cuda"
+
         def move(t: torch.Tensor | None) -> torch.Tensor | None:
-            return None if t is None else t.to(device)
+            return None if t is None else t.to(device, non_blocking=non_blocking)
 
         return Batch(
-            self.inputs.to(device),
-            self.positions.to(device),
-            self.targets.to(device),
+            self.inputs.to(device, non_blocking=non_blocking),
+            self.positions.to(device, non_blocking=non_blocking),
+            self.targets.to(device, non_blocking=non_blocking),
             move(self.negatives),
             self.loss_scale,
             move(self.segments),
