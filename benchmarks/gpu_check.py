@@ -67,6 +67,17 @@ RECIPES: dict[str, tuple[str, str, tuple[str, ...]]] = {
             *GPU_COMMON,
         ),
     ),
+    "bert4rec-b1024-lr4": (
+        "bert4rec",
+        "ml-1m-bert4rec",
+        (
+            "train.batch_size=1024",
+            "train.lr=0.004",
+            "train.warmup_steps=100",
+            "train.eval_every=20",
+            *GPU_COMMON,
+        ),
+    ),
     "sasrec-ce-b128": (
         "sasrec",
         "ml-1m-sasrec-ce",
@@ -150,7 +161,14 @@ def throughput(
 
     from seqrec.config import RunConfig, load_config
     from seqrec.data.prepared import prepare
-    from seqrec.train import LOSS_READ_EVERY, prefetched, resolve_device, setup, torch_settings
+    from seqrec.train import (
+        LOSS_READ_EVERY,
+        _epochs,
+        prefetched,
+        resolve_device,
+        setup,
+        torch_settings,
+    )
 
     cfg = load_config(RunConfig, config, [f'train.device="{device}"', *sets])
     ds = prepare(data, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=False)
@@ -160,9 +178,16 @@ def throughput(
     with torch_settings(cfg.train, dev):
         training = setup(ds, cfg, dev)
 
+        # one builder across the epochs' ends, as the training loop's
+        stream = prefetched(_epochs(training.sampler, 0, 10**6), cfg.train.prefetch)
+
         def epoch(e: int, until: float) -> int:
             n, pending = 0, []
-            for batch in prefetched(training.sampler.epoch(e), cfg.train.prefetch):
+            for e_batch, batch in stream:
+                if e_batch < e:
+                    continue
+                if batch is None:
+                    break
                 pending.append(training.step(batch))
                 n += batch.size
                 if len(pending) >= LOSS_READ_EVERY:
@@ -180,6 +205,7 @@ def throughput(
             n_seq += epoch(e, start + 4 * window)
             e += 1
         seconds = time.perf_counter() - start
+        stream.close()
     out = {
         "config": config,
         "sets": list(sets),
@@ -326,6 +352,7 @@ def main() -> None:
     ap.add_argument("--budget", default="60s")
     ap.add_argument("--window", type=float, default=3.0, help="seconds per throughput row")
     ap.add_argument("--recipes", default=",".join(RECIPES))
+    ap.add_argument("--rows", help="throughput rows to measure, by index (default: all)")
     ap.add_argument("--out", help="also copy the results here (the device tool's $OUT)")
     ap.add_argument("--runs", default="/tmp/seqrec-gpu-check")
     ap.add_argument("--device", default="cuda")
@@ -371,7 +398,10 @@ def main() -> None:
             save()
         if not args.skip_throughput:
             result["throughput"] = []
-            for config, sets in THROUGHPUT:
+            picked = [int(i) for i in args.rows.split(",")] if args.rows else None
+            for i, (config, sets) in enumerate(THROUGHPUT):
+                if picked is not None and i not in picked:
+                    continue
                 if time.perf_counter() - start + 4 * args.window > args.deadline - 60:
                     row = {"config": config, "sets": list(sets), "error": "out of time"}
                 else:

@@ -22,7 +22,8 @@ for w in .whl-gpu .whl; do
         break
     fi
 done
-if [ ! -e .git ] && [ -d .gpu/git ]; then cp -r .gpu/git .git; fi
+# the device's copy of the tree may hold another checkout's .git: the carried one is this tree's
+if [ -d .gpu/git ]; then rm -rf .git && cp -r .gpu/git .git; fi
 git rev-parse HEAD 2>/dev/null || echo "no git here: the results record the commit as unknown"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export SEQREC_HOME="${SEQREC_HOME:-/tmp/seqrec-home}"

@@ -19,10 +19,10 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -631,11 +631,16 @@ def _train(
     loop.started = started = time.perf_counter() - loop.elapsed
     model.train()
     events = run.event_log() if t.tensorboard and r.main else None
+    # every epoch's batches, from one builder that runs on across the epochs' ends (with
+    # train.prefetch, a thread that builds the next epoch's first batches while this one ends)
+    batches = prefetched(_epochs(sampler, loop.start_epoch, t.max_epochs), t.prefetch)
     try:
         for epoch in range(loop.start_epoch, t.max_epochs):
             torch.manual_seed(int(np.random.SeedSequence([t.seed, epoch]).generate_state(1)[0]))
             epoch_start, cpu_start = time.perf_counter(), time.process_time()
-            e = _updates(training, run, loop, epoch, bar, set_lr, started, budget, total_steps)
+            e = _updates(
+                training, run, loop, epoch, batches, bar, set_lr, started, budget, total_steps
+            )
             loss_sum, n_batches, n_seq, lr, out_of_time = e
             seconds = time.perf_counter() - epoch_start
             cpu_seconds = time.process_time() - cpu_start
@@ -686,6 +691,7 @@ def _train(
                 stopped = reason
                 break
     finally:
+        batches.close()
         if events is not None:
             events.close()
     bar.note(
@@ -698,11 +704,21 @@ def _train(
     return stopped
 
 
+def _epochs(sampler: Sampler, first: int, end: int) -> Iterator[tuple[int, Batch | None]]:
+    """(epoch, batch) for the batches of epochs first..end-1 in order, each epoch closed by
+    (epoch, None)."""
+    for epoch in range(first, end):
+        for batch in sampler.epoch(epoch):
+            yield epoch, batch
+        yield epoch, None
+
+
 def _updates(
     training: Training,
     run: RunDir,
     loop: _LoopState,
     epoch: int,
+    batches: Iterator[tuple[int, Batch | None]],
     bar: Progress,
     set_lr: Callable[[int, float], float],
     started: float,
@@ -734,7 +750,11 @@ def _updates(
                 )
 
     out_of_time = False
-    for batch in prefetched(training.sampler.epoch(epoch), training.cfg.train.prefetch):
+    for batch_epoch, batch in batches:
+        if batch_epoch < epoch:  # the rest of an epoch left before its end (never trained on)
+            continue
+        if batch is None:  # the epoch's end
+            break
         lr = set_lr(loop.step, clock())
         pending.append(training.step(batch))
         loop.step += 1
@@ -754,9 +774,10 @@ def _updates(
 
 # training losses read (waited for) once per this many steps, and at the end of an epoch
 LOSS_READ_EVERY = 50
+T = TypeVar("T")
 
 
-def prefetched(batches: Iterator[Batch], ahead: int) -> Iterator[Batch]:
+def prefetched(batches: Iterator[T], ahead: int) -> Generator[T, None, None]:
     """`batches` in their order, built up to `ahead` in advance by a background thread (the
     numpy work of building one mostly releases the GIL); `ahead` 0: built in this thread, each
     when it is asked for. An error in building one is raised here; closing this iterator (a

@@ -141,7 +141,8 @@ class Batch:
     def index(self) -> torch.Tensor:
         """(M,) int64: the flat indices of `positions` into the B * L positions, row-major (the
         order of `targets`), found where the batch is (on the CPU, before it is moved)."""
-        return self.positions.reshape(-1).nonzero()[:, 0]
+        # numpy's: torch's CPU nonzero took 2.5 ms of a 16 ms GPU step's host time (H200 host)
+        return torch.from_numpy(np.flatnonzero(self.positions.numpy()))
 
     def to(self, device: torch.device | str) -> Batch:
         """The batch on `device`. To a GPU the copies are queued without waiting (the host
