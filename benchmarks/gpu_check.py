@@ -3,7 +3,8 @@
     python benchmarks/gpu_check.py --data-dir DIR [--budget 60s] [--out DIR] [--device cuda]
         [--deadline 540] [--window 3] [--recipes NAME,...] [--skip-tests]
 
-1. time to quality: `seqrec train` of each recipe of `RECIPES` on the papers' ML-1M file under
+1. time to quality: `seqrec train` of recipes of `RECIPES` (default: the shipped configs, no
+   flag, and the batch-1024 probe) on the papers' ML-1M file under
    --budget: test NDCG@10 and HR@10 under the three protocols, epochs, sequences/s and the
    GPU's utilisation (nvidia-smi, sampled every 0.5 s) during the run;
 2. throughput (in one process, no run directory): `ml-1m-bert4rec` and `ml-1m-sasrec-ce`
@@ -39,12 +40,15 @@ from _common import paper_ml1m, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# What a GPU run of each shipped recipe sets (the batch, its learning rate by the square-root
-# rule from the CPU recipe's, warm-up steps by its inverse, validation less often: an epoch is a
-# fraction of a second there, and so is writing the checkpoint), by name: (model, config,
-# settings).
+# The runs, by name: (model, config, settings). The shipped configs as they are (on a GPU
+# their `device = "cuda"` tier applies), and the probes that chose those tiers: a batch, its
+# learning rate by the square-root rule from the CPU recipe's, warm-up steps by its inverse,
+# validation and checkpoints less often (an epoch is a fraction of a second there).
 GPU_COMMON = ("train.prefetch=4", "train.fused_adamw=true", "train.checkpoint_every=20")
+SHIPPED = ("bert4rec", "sasrec-ce")
 RECIPES: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "bert4rec": ("bert4rec", "ml-1m-bert4rec", ()),
+    "sasrec-ce": ("sasrec", "ml-1m-sasrec-ce", ()),
     "bert4rec-b512": (
         "bert4rec",
         "ml-1m-bert4rec",
@@ -334,7 +338,7 @@ def _markdown(result: dict[str, Any], budget: str) -> str:
                 continue
             gpu = (r.get("gpu") or {}).get("util_mean", "")
             md += (
-                f"| {r['recipe']} (`{r['config']}`) | {' '.join(r['sets'])} | "
+                f"| {r['recipe']} (`{r['config']}`) | {' '.join(r['sets']) or 'as shipped'} | "
                 f"{r.get('epochs', '')} | {r.get('seq_per_s', 0):,.0f} | {gpu} | "
                 f"{cell(r, 'full')} | {cell(r, 'full', 'hr@10')} | {cell(r, 'uni100')} | "
                 f"{cell(r, 'pop100')} |\n"
@@ -351,7 +355,7 @@ def main() -> None:
     ap.add_argument("--data-dir")
     ap.add_argument("--budget", default="60s")
     ap.add_argument("--window", type=float, default=3.0, help="seconds per throughput row")
-    ap.add_argument("--recipes", default=",".join(RECIPES))
+    ap.add_argument("--recipes", default=",".join([*SHIPPED, "bert4rec-b1024-lr4"]))
     ap.add_argument("--rows", help="throughput rows to measure, by index (default: all)")
     ap.add_argument("--out", help="also copy the results here (the device tool's $OUT)")
     ap.add_argument("--runs", default="/tmp/seqrec-gpu-check")

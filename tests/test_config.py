@@ -11,6 +11,7 @@ from seqrec.config import (
     EvalConfig,
     RunConfig,
     ShortBudget,
+    apply_device_tiers,
     apply_short_budget,
     as_trained,
     config_diff,
@@ -103,10 +104,11 @@ def test_the_recipe_differs_from_the_paper_config_where_documented() -> None:
     # the measured 60-minute recipe (results/bert4rec/bert4rec_ml1m.md): dropout 0.1; none where the
     # budget buys under 120 epochs, and N = 100 under 50 (results/bert4rec_ml1m_maxlen*.md)
     assert (recipe.bert4rec.dropout, recipe.train.time_budget) == (0.1, "60m")
-    assert recipe.short_budget == (
+    assert recipe.short_budget[:2] == (
         ShortBudget(epochs=120, set=("bert4rec.dropout=0.0",)),
         ShortBudget(epochs=50, set=("bert4rec.max_len=100",)),
     )
+    assert recipe.short_budget[2].device == "cuda"  # the GPU's settings (tested below)
     assert (recipe.train.lr, recipe.train.batch_size, recipe.train.decay_start) == (2e-3, 128, 0.5)
 
 
@@ -181,9 +183,11 @@ def test_short_budget_tiers_apply_under_their_minutes_and_explicit_keys_win() ->
     assert stored[1] == {
         "minutes": 10.0,
         "epochs": 0.0,
+        "device": "",
         "set": ["bert4rec.max_len=100"],
         "applied": True,
         "bought": None,
+        "on": None,
     }
     middle = apply_short_budget(
         load_config(RunConfig, "ml-1m-bert4rec", [_MINUTE_TIERS, 'train.time_budget="15m"'])
@@ -222,10 +226,12 @@ def test_epochs_tiers_are_decided_by_the_epochs_the_budget_buys_measured_once() 
     assert calls == []
     # config.json records the decision and what was measured; it is never made twice
     short = run(31.254)
-    assert [(t.applied, t.bought) for t in short.short_budget] == [(True, 31.25), (True, 31.25)]
+    tiers = [(t.applied, t.bought) for t in short.short_budget]
+    assert tiers == [(True, 31.25), (True, 31.25), (False, None)]  # the device tier: undecided
     assert apply_short_budget(short, lambda cfg: 1000.0) == short
     middle = run(91.0)
-    assert [(t.applied, t.bought) for t in middle.short_budget] == [(True, 91.0), (False, 91.0)]
+    tiers = [(t.applied, t.bought) for t in middle.short_budget]
+    assert tiers == [(True, 91.0), (False, 91.0), (False, None)]
     stored = from_dict(RunConfig, json.loads(json.dumps(middle.to_dict())))
     assert stored == middle
     # the settings a config trains with: without a run to go by, its epochs tiers are left out;
@@ -252,7 +258,7 @@ def test_short_budget_settings_are_checked_when_the_config_is_loaded() -> None:
         load_config(RunConfig, None, [tier(5, "bert4rec.max_lenn=100")])
     with pytest.raises(ConfigError, match=r"^short_budget\.epochs: expected >= 0, got -2"):
         load_config(RunConfig, None, ['short_budget=[{epochs = -2, set = ["train.lr=1"]}]'])
-    with pytest.raises(ConfigError, match=r"^short_budget: a tier is due by minutes or by epochs"):
+    with pytest.raises(ConfigError, match=r"^short_budget: a tier is due by minutes, by epochs or"):
         load_config(
             RunConfig, None, ['short_budget=[{epochs = 2, minutes = 3, set = ["train.lr=1"]}]']
         )
@@ -316,3 +322,48 @@ def test_a_recipe_fits_its_sizes_to_the_data_and_an_explicit_size_wins() -> None
     # a run that fitted its sizes is the same config as the recipe that asked for them
     assert as_trained(cfg, like=fitted) == as_trained(fitted)
     assert as_trained(cfg, like=fitted).sasrec.max_len == 96
+
+
+def test_device_tiers_apply_on_their_device_first_and_explicit_keys_win() -> None:
+    # the shipped BERT4Rec recipe on a GPU: a batch of 512, its learning rate, a minute
+    cfg = load_config(RunConfig, "ml-1m-bert4rec")
+    gpu = apply_device_tiers(cfg, "cuda")
+    t = gpu.train
+    assert (t.batch_size, t.lr, t.warmup_steps, t.time_budget) == (512, 0.004, 100, "60s")
+    assert (t.eval_every, t.checkpoint_every, t.prefetch, t.fused_adamw) == (20, 20, 4, True)
+    assert [(x.device, x.applied, x.on) for x in gpu.short_budget][-1] == ("cuda", True, "cuda")
+    # on a CPU nothing changes, and the tier records that it was decided there
+    cpu = apply_device_tiers(cfg, "cpu")
+    assert cpu.train == cfg.train
+    assert [(x.applied, x.on) for x in cpu.short_budget][-1] == (False, "cpu")
+    # decided once: a recorded config (a resumed run) is not decided again
+    assert apply_device_tiers(cpu, "cuda") == cpu
+    # a run of either is reused as it trained (the reuse check compares these)
+    for done in (gpu, cpu):
+        assert config_diff(as_trained(done), as_trained(cfg, like=done)) == []
+    # an explicit key wins over the tier's; the tier's others still apply
+    given = load_config(RunConfig, "ml-1m-bert4rec", ["train.time_budget='5m'"])
+    t = apply_device_tiers(given, "cuda").train
+    assert (t.time_budget, t.batch_size) == ("5m", 512)
+    # the epochs tiers are timed on the config the device tier made
+    bought: list[int] = []
+    apply_short_budget(gpu, lambda c: bought.append(c.train.batch_size) or 500.0)
+    assert bought == [512]
+
+
+def test_device_tiers_are_checked() -> None:
+    def tier(**fields: object) -> str:
+        body = ", ".join(f"{k} = {json.dumps(v)}" for k, v in fields.items())
+        return f"short_budget=[{{{body}}}]"
+
+    with pytest.raises(
+        ConfigError, match=r"^short_budget\.device: expected cpu or cuda, got 'tpu'"
+    ):
+        load_config(RunConfig, None, [tier(device="tpu", set=["train.lr=1"])])
+    with pytest.raises(ConfigError, match=r"^short_budget: a tier is due by minutes, by epochs or"):
+        load_config(RunConfig, None, [tier(device="cuda", minutes=3, set=["train.lr=1"])])
+    with pytest.raises(ConfigError, match=r"^short_budget\.set: 'train\.device=\"cpu\"' cannot"):
+        load_config(RunConfig, None, [tier(device="cuda", set=['train.device="cpu"'])])
+    # a device tier may set the budget (the other tiers then read it); a budget's tier may not
+    cfg = load_config(RunConfig, None, [tier(device="cpu", set=['train.time_budget="2m"'])])
+    assert apply_device_tiers(cfg, "cpu").train.time_budget == "2m"

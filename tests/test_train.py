@@ -627,3 +627,19 @@ def test_checkpoint_every_k_epochs_and_after_the_last(
     fit(toy, cfg, tmp_path / "r", progress=False)
     assert saved == [1, 3, 4]  # after epochs 2 and 4 (1-based), and the last
     assert len((tmp_path / "r" / "log.jsonl").read_text().splitlines()) == 5
+
+
+def test_a_run_applies_its_device_tier_and_records_it(toy: PreparedDataset, tmp_path: Path) -> None:
+    tiers = [
+        {"device": "cpu", "set": ["train.eval_every=2", "train.checkpoint_every=2"]},
+        {"device": "cuda", "set": ["train.batch_size=64"]},
+    ]
+    cfg = from_dict(
+        RunConfig, {**_config(max_epochs=4, eval_every=1).to_dict(), "short_budget": tiers}
+    )
+    fit(toy, cfg, tmp_path / "run", progress=False)
+    written = RunDir(tmp_path / "run").config()
+    assert (written.train.eval_every, written.train.batch_size) == (2, 16)
+    assert [(t.applied, t.on) for t in written.short_budget] == [(True, "cpu"), (False, "cpu")]
+    log = [json.loads(x) for x in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert [any(k.startswith("valid_") for k in x) for x in log] == [False, True, False, True]

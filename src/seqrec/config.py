@@ -27,11 +27,13 @@ __all__ = [
     "ShortBudget",
     "TrainConfig",
     "adapt_to_data",
+    "apply_device_tiers",
     "apply_short_budget",
     "as_trained",
     "config_diff",
     "config_names",
     "default_config",
+    "device_tiers",
     "from_dict",
     "load_config",
     "parse_duration",
@@ -166,30 +168,41 @@ class ShortBudget:
 
     minutes: float = 0.0  # due under this many minutes of budget; 0: not by minutes
     epochs: float = 0.0  # due when the budget buys fewer epochs than this; 0: not by epochs
+    # due when the run trains on this kind of device ("cuda", "cpu"), whatever its budget: a
+    # recipe's settings for a GPU (a larger batch, its learning rate); "": not by device
+    device: str = ""
     set: tuple[str, ...] = ()
     applied: bool = False
     bought: float | None = None  # an epochs tier, once decided: the epochs the budget bought
+    on: str | None = None  # a device tier, once decided: the kind of device the run trained on
 
     def __post_init__(self) -> None:
         if self.minutes < 0:
             raise ConfigError(f"short_budget.minutes: expected >= 0, got {self.minutes}")
         if self.epochs < 0:
             raise ConfigError(f"short_budget.epochs: expected >= 0, got {self.epochs}")
-        if self.minutes and self.epochs:
+        if self.device not in ("", "cpu", "cuda"):
+            raise ConfigError(f"short_budget.device: expected cpu or cuda, got {self.device!r}")
+        if sum(bool(x) for x in (self.minutes, self.epochs, self.device)) > 1:
             raise ConfigError(
-                "short_budget: a tier is due by minutes or by epochs, not both "
-                f"(got minutes = {self.minutes:g}, epochs = {self.epochs:g})"
+                "short_budget: a tier is due by minutes, by epochs or by device, one of them "
+                f"(got minutes = {self.minutes:g}, epochs = {self.epochs:g}, "
+                f"device = {self.device!r})"
             )
         for text in self.set:
             keys, _ = parse_override(text)
-            if keys[0] in ("short_budget", "model") or keys == ["train", "time_budget"]:
+            # a device tier, decided first, may set the budget the other tiers then read
+            budget = keys == ["train", "time_budget"] and not self.device
+            if keys[0] in ("short_budget", "model") or budget or keys == ["train", "device"]:
                 raise ConfigError(
-                    f"short_budget.set: {text!r} cannot be a short-budget setting "
-                    "(the model, the budget and the short-budget tiers are not)"
+                    f"short_budget.set: {text!r} cannot be a tier's setting (the model, the "
+                    "device, the tiers themselves, and but for a device tier the budget, are not)"
                 )
 
     def said(self) -> list[str]:
         """Its settings, each with when it is due ("bert4rec.max_len=100 (under 50 epochs)")."""
+        if self.device:
+            return [f"{text} (on {self.device})" for text in self.set]
         when = f"{self.epochs:g} epochs" if self.epochs else f"{self.minutes:g} min"
         return [f"{text} (under {when})" for text in self.set]
 
@@ -595,6 +608,33 @@ def speed_tiers(cfg: RunConfig) -> list[ShortBudget]:
     return [t for t in cfg.short_budget if t.epochs and t.set and t.bought is None]
 
 
+def device_tiers(cfg: RunConfig) -> list[ShortBudget]:
+    """The device tiers of `cfg` not decided yet (a run decides them by its device)."""
+    return [t for t in cfg.short_budget if t.device and t.set and t.on is None]
+
+
+def apply_device_tiers(cfg: RunConfig, device: str) -> RunConfig:
+    """`cfg` as a run on a `device` ("cpu", "cuda") trains it: the settings of each undecided
+    device tier of that device applied, in order; every undecided device tier then records the
+    device (`on`) and whether it applied. Decided before the other tiers (an epochs tier times
+    the config with them)."""
+    return _decide_devices(cfg, lambda tier: tier.device == device, device)
+
+
+def _decide_devices(cfg: RunConfig, due: Callable[[ShortBudget], bool], device: str) -> RunConfig:
+    pending = device_tiers(cfg)
+    if not pending:
+        return cfg
+    tiers: list[ShortBudget] = []
+    settings: list[str] = []
+    for tier in cfg.short_budget:
+        if tier in pending:
+            tier = dataclasses.replace(tier, applied=due(tier), on=device)
+            settings += tier.set if tier.applied else ()
+        tiers.append(tier)
+    return dataclasses.replace(_layered(RunConfig, None, settings, cfg), short_budget=tuple(tiers))
+
+
 def apply_short_budget(
     cfg: RunConfig, bought: Callable[[RunConfig], float] | None = None
 ) -> RunConfig:
@@ -703,6 +743,7 @@ def as_trained(cfg: RunConfig, like: RunConfig | None = None) -> RunConfig:
         return dataclasses.replace(_applied(cfg, lambda tier: None), short_budget=(), adapt=())
     cfg = _as_adapted(cfg, like)
     done = {t.set for t in like.short_budget if t.applied}
+    cfg = _decide_devices(cfg, lambda tier: tier.set in done, "as recorded")
     decided = _applied(cfg, lambda tier: (tier.set in done, math.nan))
     return dataclasses.replace(decided, short_budget=())
 

@@ -34,6 +34,7 @@ from seqrec.config import (
     RunConfig,
     TrainConfig,
     adapt_to_data,
+    apply_device_tiers,
     apply_short_budget,
     parse_duration,
     speed_tiers,
@@ -449,6 +450,7 @@ def _fit(
     # what it trains, and what the run's config records (an epochs tier times this machine first)
     measuring = bool(speed_tiers(cfg))  # never for a resumed run: its recorded config decided
     if r.main:  # timed on rank 0 alone: every rank trains what it decided
+        cfg = apply_device_tiers(cfg, resolve_device(cfg.train.device).type)
         cfg = validate(apply_short_budget(cfg, lambda base: epochs_bought(ds, base)), ds)
     cfg = broadcast(cfg, r)
     progress = progress and r.main

@@ -12,6 +12,8 @@ from typing import Any
 
 from seqrec.config import (
     RunConfig,
+    apply_device_tiers,
+    device_tiers,
     load_config,
     short_budget_tiers,
     speed_tiers,
@@ -156,11 +158,19 @@ def _source_data(run_dir: Path) -> str:
 
 
 def _say_short_budget(cfg: RunConfig) -> None:
-    """One line when the config's short-budget tiers change, or may change, this run's
-    settings (an epochs tier is decided by timing the machine as the run starts)."""
+    """One line when the config's tiers change, or may change, this run's settings (its device's
+    tiers; an epochs tier is decided by timing the machine as the run starts)."""
+    from seqrec.train import resolve_device
+
+    kind = resolve_device(cfg.train.device).type
+    on_device = [tier for tier in device_tiers(cfg) if tier.device == kind]
+    cfg = apply_device_tiers(cfg, kind)  # decided first: they may set the budget
     due, timed = short_budget_tiers(cfg), speed_tiers(cfg)
     budget = cfg.train.time_budget
     parts = []
+    if on_device:
+        settings = ", ".join(x for tier in on_device for x in tier.said())
+        parts.append(f"this run trains with {settings}")
     if due:
         settings = ", ".join(x for tier in due for x in tier.said())
         parts.append(f"{budget} is a short budget: this run trains with {settings}")
