@@ -139,8 +139,8 @@ class TrainConfig:
     tf32: bool = True
     threads: int = 0  # torch intra-op threads; 0 = PyTorch's default (one per core)
     # Training batches built this many ahead by a background thread (0: each when it is due, in
-    # the training loop's thread). The same batches in the same order; it pays on a GPU, where
-    # the host builds batches while the device runs the steps.
+    # the training loop's thread). The same batches in the same order; on a GPU the host can
+    # build batches while the device runs the steps (measured: docs/results/performance.md).
     prefetch: int = 0
     # A run directory whose best weights start this run (a warm restart: fresh optimiser,
     # warm-up and decay). It must hold the same model settings and the same items. None = the
@@ -195,8 +195,8 @@ class ShortBudget:
             budget = keys == ["train", "time_budget"] and not self.device
             if keys[0] in ("short_budget", "model") or budget or keys == ["train", "device"]:
                 raise ConfigError(
-                    f"short_budget.set: {text!r} cannot be a tier's setting (the model, the "
-                    "device, the tiers themselves, and but for a device tier the budget, are not)"
+                    f"short_budget.set: {text!r} cannot be a tier's setting (not the model, "
+                    "the device or the tiers; the budget only in a device tier)"
                 )
 
     def said(self) -> list[str]:

@@ -780,10 +780,11 @@ T = TypeVar("T")
 
 
 def prefetched(batches: Iterator[T], ahead: int) -> Generator[T, None, None]:
-    """`batches` in their order, built up to `ahead` in advance by a background thread (the
-    numpy work of building one mostly releases the GIL); `ahead` 0: built in this thread, each
-    when it is asked for. An error in building one is raised here; closing this iterator (a
-    loop that stops early) stops the thread."""
+    """`batches` in their order, built up to `ahead` in advance by a background thread (it
+    shares the GIL with the loop: on a GPU it paid at some batch sizes, not at others,
+    docs/results/performance.md); `ahead` 0: built in this thread, each when it is asked for.
+    An error in building one is raised here; closing this iterator (a loop that stops early)
+    stops the thread."""
     if ahead <= 0:
         yield from batches
         return

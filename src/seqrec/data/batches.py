@@ -150,13 +150,16 @@ class Batch:
         before the kernels queued after them."""
         non_blocking = torch.device(device).type == "cuda"
 
+        def put(t: torch.Tensor) -> torch.Tensor:
+            return t.to(device, non_blocking=non_blocking)
+
         def move(t: torch.Tensor | None) -> torch.Tensor | None:
-            return None if t is None else t.to(device, non_blocking=non_blocking)
+            return None if t is None else put(t)
 
         return Batch(
-            self.inputs.to(device, non_blocking=non_blocking),
-            self.positions.to(device, non_blocking=non_blocking),
-            self.targets.to(device, non_blocking=non_blocking),
+            put(self.inputs),
+            put(self.positions),
+            put(self.targets),
             move(self.negatives),
             self.loss_scale,
             move(self.segments),
