@@ -82,6 +82,42 @@ RECIPES: dict[str, tuple[str, str, tuple[str, ...]]] = {
             *GPU_COMMON,
         ),
     ),
+    "bert4rec-b768": (
+        "bert4rec",
+        "ml-1m-bert4rec",
+        (
+            "train.batch_size=768",
+            "train.lr=0.004",
+            "train.warmup_steps=100",
+            "train.eval_every=20",
+            *GPU_COMMON,
+        ),
+    ),
+    # nn.Dropout (one fused kernel on CUDA) instead of the recipe's CPU-cheap mask
+    "bert4rec-b768-td": (
+        "bert4rec",
+        "ml-1m-bert4rec",
+        (
+            "train.batch_size=768",
+            "train.lr=0.004",
+            "train.warmup_steps=100",
+            "train.eval_every=20",
+            "bert4rec.dropout_impl=torch",
+            *GPU_COMMON,
+        ),
+    ),
+    "bert4rec-b1024-td": (
+        "bert4rec",
+        "ml-1m-bert4rec",
+        (
+            "train.batch_size=1024",
+            "train.lr=0.004",
+            "train.warmup_steps=100",
+            "train.eval_every=20",
+            "bert4rec.dropout_impl=torch",
+            *GPU_COMMON,
+        ),
+    ),
     "sasrec-ce-b128": (
         "sasrec",
         "ml-1m-sasrec-ce",
@@ -106,6 +142,10 @@ THROUGHPUT: list[tuple[str, tuple[str, ...]]] = [
     (_B, ("train.batch_size=2048", "train.prefetch=4")),
     (_B, ("train.batch_size=1024", "train.prefetch=4", "train.bf16=true")),
     (_B, ("train.batch_size=1024", "train.prefetch=4", "cloze.pack=false")),
+    (_B, ("train.batch_size=512", "train.prefetch=4", "bert4rec.dropout_impl=torch")),
+    (_B, ("train.batch_size=768", "train.prefetch=4")),
+    (_B, ("train.batch_size=768", "train.prefetch=4", "bert4rec.dropout_impl=torch")),
+    (_B, ("train.batch_size=1024", "train.prefetch=4", "bert4rec.dropout_impl=torch")),
     (_S, ("train.batch_size=128", "train.prefetch=0")),
     (_S, ("train.batch_size=128", "train.prefetch=4")),
     (_S, ("train.batch_size=256", "train.prefetch=4")),
