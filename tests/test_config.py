@@ -325,11 +325,12 @@ def test_a_recipe_fits_its_sizes_to_the_data_and_an_explicit_size_wins() -> None
 
 
 def test_device_tiers_apply_on_their_device_first_and_explicit_keys_win() -> None:
-    # the shipped BERT4Rec recipe on a GPU: a batch of 512, its learning rate, a minute
+    # the shipped BERT4Rec recipe on a GPU: a batch of 768, its learning rate, a minute
     cfg = load_config(RunConfig, "ml-1m-bert4rec")
     gpu = apply_device_tiers(cfg, "cuda")
     t = gpu.train
-    assert (t.batch_size, t.lr, t.warmup_steps, t.time_budget) == (512, 0.004, 100, "60s")
+    assert (t.batch_size, t.lr, t.warmup_steps, t.time_budget) == (768, 0.004, 100, "60s")
+    assert (cfg.bert4rec.dropout_impl, gpu.bert4rec.dropout_impl) == ("fast", "torch")
     assert (t.eval_every, t.checkpoint_every, t.prefetch, t.fused_adamw) == (20, 20, 4, True)
     assert [(x.device, x.applied, x.on) for x in gpu.short_budget][-1] == ("cuda", True, "cuda")
     # on a CPU nothing changes, and the tier records that it was decided there
@@ -344,11 +345,11 @@ def test_device_tiers_apply_on_their_device_first_and_explicit_keys_win() -> Non
     # an explicit key wins over the tier's; the tier's others still apply
     given = load_config(RunConfig, "ml-1m-bert4rec", ["train.time_budget='5m'"])
     t = apply_device_tiers(given, "cuda").train
-    assert (t.time_budget, t.batch_size) == ("5m", 512)
+    assert (t.time_budget, t.batch_size) == ("5m", 768)
     # the epochs tiers are timed on the config the device tier made
     bought: list[int] = []
     apply_short_budget(gpu, lambda c: bought.append(c.train.batch_size) or 500.0)
-    assert bought == [512]
+    assert bought == [768]
 
 
 def test_device_tiers_are_checked() -> None:

@@ -634,9 +634,9 @@ def test_a_run_applies_its_device_tier_and_records_it(toy: PreparedDataset, tmp_
         {"device": "cpu", "set": ["train.eval_every=2", "train.checkpoint_every=2"]},
         {"device": "cuda", "set": ["train.batch_size=64"]},
     ]
-    cfg = from_dict(
-        RunConfig, {**_config(max_epochs=4, eval_every=1).to_dict(), "short_budget": tiers}
-    )
+    # on the CPU whatever the machine has: on a GPU machine "auto" would take the cuda tier
+    base = _config(max_epochs=4, eval_every=1, device="cpu").to_dict()
+    cfg = from_dict(RunConfig, {**base, "short_budget": tiers})
     fit(toy, cfg, tmp_path / "run", progress=False)
     written = RunDir(tmp_path / "run").config()
     assert (written.train.eval_every, written.train.batch_size) == (2, 16)

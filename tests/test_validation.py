@@ -13,13 +13,14 @@ import pytest
 import torch
 
 from seqrec.cli import main
-from seqrec.config import _RANGES, RunConfig, load_config
+from seqrec.config import _RANGES, RunConfig, TrainConfig, load_config
 from seqrec.data.batches import ClozeSampler
 from seqrec.data.negatives import NegativeSampler
 from seqrec.data.preprocess import Sequences
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import ConfigError
 from seqrec.registry import MODELS
+from seqrec.train import torch_settings
 from seqrec.validation import validate
 
 
@@ -144,3 +145,14 @@ def test_a_training_leaves_the_process_torch_settings_as_it_found_them(tmp_path:
     sets = ["sasrec.max_len=8", "sasrec.d_model=8", "train.max_epochs=1", "train.threads=1"]
     assert main([*argv, *[x for s in sets for x in ("--set", s)]]) == 0
     assert torch.get_num_threads() == before
+
+
+def test_cuda_settings_leave_out_cudnn_attention_for_the_run_only() -> None:
+    # flags only: setting them needs no GPU
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    with torch_settings(TrainConfig(), torch.device("cpu")):
+        assert torch.backends.cuda.cudnn_sdp_enabled() == before
+    with torch_settings(TrainConfig(tf32=False), torch.device("cuda")):
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert not torch.backends.cuda.matmul.allow_tf32
+    assert torch.backends.cuda.cudnn_sdp_enabled() == before
