@@ -4,7 +4,8 @@
         [--deadline 540] [--window 3] [--recipes NAME,...] [--skip-tests]
 
 1. time to quality: `seqrec train` of recipes of `RECIPES` (default: the shipped configs, no
-   flag, and the batch-1024 probe) on the papers' ML-1M file under
+   flag, and `sasrec-ce-ddp1`, the SASRec+CE one launched by torchrun as one NCCL rank: the
+   distributed path on the GPU) on the papers' ML-1M file under
    --budget: test NDCG@10 and HR@10 under the three protocols, epochs, sequences/s and the
    GPU's utilisation (nvidia-smi, sampled every 0.5 s) during the run;
 2. throughput (in one process, no run directory): `ml-1m-bert4rec` and `ml-1m-sasrec-ce`
@@ -46,81 +47,30 @@ ROOT = Path(__file__).resolve().parents[1]
 # validation and checkpoints less often (an epoch is a fraction of a second there).
 GPU_COMMON = ("train.prefetch=4", "train.fused_adamw=true", "train.checkpoint_every=20")
 SHIPPED = ("bert4rec", "sasrec-ce")
+
+
+def _bert4rec_probe(
+    batch: int, lr: float, warmup: int, *more: str
+) -> tuple[str, str, tuple[str, ...]]:
+    """`ml-1m-bert4rec` at a batch, learning rate and warm-up, validated every 20 epochs."""
+    sets = (f"train.batch_size={batch}", f"train.lr={lr}", f"train.warmup_steps={warmup}")
+    return ("bert4rec", "ml-1m-bert4rec", (*sets, "train.eval_every=20", *more, *GPU_COMMON))
+
+
+# nn.Dropout (one fused kernel on CUDA) instead of the recipe's CPU-cheap mask
+TORCH_DROPOUT = "bert4rec.dropout_impl=torch"
 RECIPES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "bert4rec": ("bert4rec", "ml-1m-bert4rec", ()),
     "sasrec-ce": ("sasrec", "ml-1m-sasrec-ce", ()),
     # the shipped GPU recipe under other training seeds
     "bert4rec-s1": ("bert4rec", "ml-1m-bert4rec", ("train.seed=1",)),
     "bert4rec-s2": ("bert4rec", "ml-1m-bert4rec", ("train.seed=2",)),
-    "bert4rec-b512": (
-        "bert4rec",
-        "ml-1m-bert4rec",
-        (
-            "train.batch_size=512",
-            "train.lr=0.004",
-            "train.warmup_steps=100",
-            "train.eval_every=20",
-            *GPU_COMMON,
-        ),
-    ),
-    "bert4rec-b1024": (
-        "bert4rec",
-        "ml-1m-bert4rec",
-        (
-            "train.batch_size=1024",
-            "train.lr=0.00566",
-            "train.warmup_steps=71",
-            "train.eval_every=20",
-            *GPU_COMMON,
-        ),
-    ),
-    "bert4rec-b1024-lr4": (
-        "bert4rec",
-        "ml-1m-bert4rec",
-        (
-            "train.batch_size=1024",
-            "train.lr=0.004",
-            "train.warmup_steps=100",
-            "train.eval_every=20",
-            *GPU_COMMON,
-        ),
-    ),
-    "bert4rec-b768": (
-        "bert4rec",
-        "ml-1m-bert4rec",
-        (
-            "train.batch_size=768",
-            "train.lr=0.004",
-            "train.warmup_steps=100",
-            "train.eval_every=20",
-            *GPU_COMMON,
-        ),
-    ),
-    # nn.Dropout (one fused kernel on CUDA) instead of the recipe's CPU-cheap mask
-    "bert4rec-b768-td": (
-        "bert4rec",
-        "ml-1m-bert4rec",
-        (
-            "train.batch_size=768",
-            "train.lr=0.004",
-            "train.warmup_steps=100",
-            "train.eval_every=20",
-            "bert4rec.dropout_impl=torch",
-            *GPU_COMMON,
-        ),
-    ),
-    "bert4rec-b1024-td": (
-        "bert4rec",
-        "ml-1m-bert4rec",
-        (
-            "train.batch_size=1024",
-            "train.lr=0.004",
-            "train.warmup_steps=100",
-            "train.eval_every=20",
-            "bert4rec.dropout_impl=torch",
-            *GPU_COMMON,
-        ),
-    ),
+    "bert4rec-b512": _bert4rec_probe(512, 0.004, 100),
+    "bert4rec-b1024": _bert4rec_probe(1024, 0.00566, 71),
+    "bert4rec-b1024-lr4": _bert4rec_probe(1024, 0.004, 100),
+    "bert4rec-b768": _bert4rec_probe(768, 0.004, 100),
+    "bert4rec-b768-td": _bert4rec_probe(768, 0.004, 100, TORCH_DROPOUT),
+    "bert4rec-b1024-td": _bert4rec_probe(1024, 0.004, 100, TORCH_DROPOUT),
     "sasrec-ce-b128": (
         "sasrec",
         "ml-1m-sasrec-ce",
@@ -132,6 +82,12 @@ RECIPES: dict[str, tuple[str, str, tuple[str, ...]]] = {
         ("train.batch_size=256", "train.eval_every=10", *GPU_COMMON),
     ),
 }
+
+# recipes launched by torchrun, by name: the number of ranks (NCCL on the GPU). One rank on one
+# GPU: the distributed path (process group, DDP's gradient hooks, rank-0 writing) end to end,
+# beside the same recipe in one plain process; several ranks need as many GPUs.
+LAUNCHED = {"sasrec-ce-ddp1": 1}
+RECIPES["sasrec-ce-ddp1"] = RECIPES["sasrec-ce"]
 
 # throughput rows: (config, settings)
 _B = "ml-1m-bert4rec"
@@ -288,7 +244,11 @@ def time_to_quality(
     model, config, sets = RECIPES[name]
     if out.exists():
         shutil.rmtree(out)
-    cmd = [sys.executable, "-m", "seqrec", "train", model, "--data", str(data), "--out", str(out)]
+    cmd = [sys.executable]
+    if name in LAUNCHED:
+        cmd += ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]
+        cmd += [str(LAUNCHED[name])]
+    cmd += ["-m", "seqrec", "train", model, "--data", str(data), "--out", str(out)]
     cmd += ["--config", config, "--time-budget", budget, "--quiet"]
     for s in (f'train.device="{device}"', *sets):
         cmd += ["--set", s]
@@ -413,7 +373,7 @@ def main() -> None:
     ap.add_argument("--data-dir")
     ap.add_argument("--budget", default="60s")
     ap.add_argument("--window", type=float, default=3.0, help="seconds per throughput row")
-    ap.add_argument("--recipes", default=",".join([*SHIPPED, "bert4rec-b1024-lr4"]))
+    ap.add_argument("--recipes", default=",".join([*SHIPPED, "sasrec-ce-ddp1"]))
     ap.add_argument("--rows", help="throughput rows to measure, by index (default: all)")
     ap.add_argument("--out", help="also copy the results here (the device tool's $OUT)")
     ap.add_argument("--runs", default="/tmp/seqrec-gpu-check")

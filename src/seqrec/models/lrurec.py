@@ -10,10 +10,11 @@ network. An LRU layer is a linear recurrence with a diagonal complex transition,
 where λ = exp(-exp(ν) + i·exp(θ)) (|λ| < 1: stable), γ = sqrt(1 - |λ|²) normalises the input,
 B (d → 2d) and C (2d → d) are complex linear maps with biases (held as the equivalent real maps:
 one real matmul each), and ν, θ, γ are learnt in log space, λ's modulus initialised uniformly in
-the ring [r_min, r_max]. Training computes every h_t at once by the parallel scan the authors
-use (recursive doubling over a length padded to a power of two: log2(L) steps, each combining
-the halves of blocks of twice the size), where a padding item contributes nothing; scoring reads
-the last position. The scores are the last
+the ring [r_min, r_max]. Training computes every h_t at once, where a padding item contributes
+nothing: by the parallel scan the authors use (recursive doubling over a length padded to a
+power of two: log2(L) steps, each combining the halves of blocks of twice the size), or by
+chunks (`scan = "chunked"`, the default: the same states by two batched matmuls with λ's
+powers); scoring reads the last position. The scores are the last
 hidden state times the item embedding plus an item bias. Trained with the next-item task on
 every position and cross-entropy over the whole catalogue (the authors' trainer), AdamW.
 """
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.nn.functional as F
@@ -59,6 +60,13 @@ class LRURecConfig:
     # "torch": nn.Dropout (the authors'). "fast": the same inverted dropout with a cheaper mask
     # (models/dropout.py); a speed option, as for SASRec (docs/results/performance.md)
     dropout_impl: DropoutKind = "torch"
+    # How the recurrence is computed in training, the same states either way (to float
+    # rounding; tests/test_lrurec.py): "doubling", the authors' recursive doubling (log2(L)
+    # passes of element-wise work and copies); "chunked", every chunk of SCAN_CHUNK positions
+    # from its own inputs by one batched matmul with the matrix of λ's powers, then the chunks'
+    # last states carried across the chunks by a second, small one (a speed option:
+    # docs/results/baselines.md, "LRURec on ML-1M")
+    scan: Literal["chunked", "doubling"] = "chunked"
 
 
 def _trunc_normal_(p: torch.Tensor, std: float = 0.02, bound: float = 0.04) -> None:
@@ -87,13 +95,14 @@ class LRULayer(nn.Module):
         self.out_proj = nn.Linear(2 * n, d)  # [C_re, -C_im]
         self.dropout = dropout(cfg.lru_dropout, cfg.dropout_impl)
         self.layer_norm = nn.LayerNorm(d)
+        self.scan = _scan_chunked if cfg.scan == "chunked" else _scan
 
     def forward(self, x: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
         """x (B, L, D) with L a power of two, real (B, L) bool: False at padding."""
         nu, theta, gamma = torch.exp(self.params_log).unbind(0)
         lamb = torch.exp(torch.complex(-nu, theta))  # (2D,)
         re, im = self.in_proj(x).float().chunk(2, dim=-1)
-        h = _scan(torch.complex(re * gamma, im * gamma), lamb, real)  # γ ⊙ (B x_t), scanned
+        h = self.scan(torch.complex(re * gamma, im * gamma), lamb, real)  # γ ⊙ (B x_t), scanned
         y = self.out_proj(torch.cat([h.real, h.imag], dim=-1).to(x.dtype))
         return self.layer_norm(self.dropout(y) + x)
 
@@ -115,6 +124,43 @@ def _scan(h: torch.Tensor, lamb: torch.Tensor, real: torch.Tensor) -> torch.Tens
         powers = torch.cat([powers, powers * powers[-1]], dim=0)
         size *= 2
     return h
+
+
+SCAN_CHUNK = 16  # positions per chunk of the chunked scan
+
+
+def _powers(log_lamb: torch.Tensor, exponents: torch.Tensor) -> torch.Tensor:
+    """λ^k for every k of `exponents` (K,) and every channel: (K, 2D), from log λ."""
+    return torch.exp(exponents.to(log_lamb.real.dtype)[:, None] * log_lamb[None])
+
+
+def _lower(powers: torch.Tensor) -> torch.Tensor:
+    """(K, 2D) powers λ^0..λ^(K-1) -> (K, K, 2D): entry (t, s) is λ^(t-s) for s <= t, else 0."""
+    k = torch.arange(powers.shape[0], device=powers.device)
+    diff = k[:, None] - k[None, :]
+    return powers[diff.clamp(min=0)] * (diff >= 0)[..., None]
+
+
+def _scan_chunked(h: torch.Tensor, lamb: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """The states of `_scan` at the real positions, by chunks: with padding inputs zeroed (a
+    padding item contributes nothing, as in `_scan`), a chunk's states from its own inputs are
+    T u (T[t, s] = λ^(t-s), s <= t), and a chunk's incoming state is the chunks before it,
+    each chunk's last local state carried by λ^C per chunk (the same triangle, over chunks)."""
+    B, L, D = h.shape
+    C = min(SCAN_CHUNK, L)
+    if L % C:
+        raise ValueError(f"the chunked scan needs a length divisible by {C}, got {L}")
+    N = L // C
+    u = (h * real[..., None].to(h.real.dtype)).reshape(B, N, C, D)
+    log_lamb = torch.log(lamb)
+    powers = _powers(log_lamb, torch.arange(C + 1, device=h.device))  # λ^0..λ^C
+    local = torch.einsum("tsd,bnsd->bntd", _lower(powers[:C]), u)  # within each chunk
+    if N == 1:
+        return local.reshape(B, L, D)
+    across = _lower(_powers(log_lamb, C * torch.arange(N, device=h.device)))  # λ^(C (n - m))
+    ends = torch.einsum("nmd,bmd->bnd", across, local[:, :, -1])  # each chunk's last state
+    incoming = torch.cat([torch.zeros_like(ends[:, :1]), ends[:, :-1]], dim=1)
+    return (local + powers[1:] * incoming[:, :, None]).reshape(B, L, D)
 
 
 class FeedForward(nn.Module):
