@@ -126,7 +126,7 @@ def _scan(h: torch.Tensor, lamb: torch.Tensor, real: torch.Tensor) -> torch.Tens
     return h
 
 
-SCAN_CHUNK = 16  # positions per chunk of the chunked scan
+SCAN_CHUNK = 8  # positions per chunk of the chunked scan (timed: 8 against 4, 16, 32, 64)
 
 
 def _powers(log_lamb: torch.Tensor, exponents: torch.Tensor) -> torch.Tensor:
