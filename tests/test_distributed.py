@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -98,6 +99,32 @@ def _torchrun(argv: list[str], **kwargs: object) -> subprocess.Popen[bytes]:
     return subprocess.Popen([*cmd, "-m", "seqrec", *argv], env=env, **kwargs)  # type: ignore[call-overload]
 
 
+# A gloo rank sometimes dies by SIGABRT with this message and no Python traceback (seen in about
+# one launch in thirty on a 2-core machine; a gloo teardown race, not yet found): a launch that
+# fails so is tried once more, any other failure counts at once.
+GLOO_ABORT = "terminate called without an active exception"
+
+
+def _launched(
+    cmd: list[str], out: Path | None, env: dict[str, str]
+) -> subprocess.CompletedProcess[bytes]:
+    """Run a torchrun command to its end (tried twice on GLOO_ABORT; `out` removed between)."""
+    for attempt in range(2):
+        done = subprocess.run(cmd, env=env, capture_output=True, timeout=300)
+        if done.returncode == 0 or attempt or GLOO_ABORT not in done.stderr.decode():
+            return done
+        if out is not None and out.exists():
+            shutil.rmtree(out)
+    raise AssertionError("unreachable")
+
+
+def _torchrun_done(argv: list[str], out: Path) -> subprocess.CompletedProcess[bytes]:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+    cmd += ["--master-addr", "127.0.0.1", "--master-port", str(_free_port())]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return _launched([*cmd, "-m", "seqrec", *argv], out, env)
+
+
 def _processes_of(out: Path) -> list[int]:
     """The live processes whose command line names `out` (the ranks of its training)."""
     pids = []
@@ -126,9 +153,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("ddp")
     data = _data(root)
     assert main(_argv(data, root / "one")) == 0
-    proc = _torchrun(_argv(data, root / "two"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err.decode()[-3000:]
+    done = _torchrun_done(_argv(data, root / "two"), root / "two")
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
     return {"data": data, "one": root / "one", "two": root / "two", "stdout": root / "stdout"}
 
 
@@ -167,9 +193,8 @@ def test_a_killed_distributed_run_resumes_to_the_uninterrupted_one(
 ) -> None:
     more = ["train.max_epochs=60"]  # long enough to be killed mid-way
     full = tmp_path / "full"
-    proc = _torchrun(_argv(runs["data"], full, *more), stderr=subprocess.PIPE)
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err.decode()[-3000:]
+    done = _torchrun_done(_argv(runs["data"], full, *more), full)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
     cut = tmp_path / "cut"
     proc = _torchrun(_argv(runs["data"], cut, *more), stderr=subprocess.DEVNULL)
     log = cut / "log.jsonl"
@@ -241,12 +266,7 @@ def test_validation_is_shared_by_user_between_the_ranks(
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
     cmd += ["--master-addr", "127.0.0.1", "--master-port", str(_free_port())]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [*cmd, str(script), str(runs["one"]), str(tmp_path)],
-        env=env,
-        capture_output=True,
-        timeout=300,
-    )
+    done = _launched([*cmd, str(script), str(runs["one"]), str(tmp_path)], None, env)
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     by_rank = {k: json.loads((tmp_path / f"rank{k}.json").read_text()) for k in (0, 1)}
     valid_users = ds.split.eval_set("valid").users.tolist()
