@@ -92,11 +92,18 @@ def _argv(data: Path, out: Path, *more: str) -> list[str]:
     return ["train", "sasrec", "--data", str(data), "--out", str(out), "--quiet", *sets]
 
 
-def _torchrun(argv: list[str], **kwargs: object) -> subprocess.Popen[bytes]:
+def _launcher() -> list[str]:
+    """torchrun with 2 ranks on 127.0.0.1, on a free port."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
-    cmd += ["--master-addr", "127.0.0.1", "--master-port", str(_free_port())]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([*cmd, "-m", "seqrec", *argv], env=env, **kwargs)  # type: ignore[call-overload]
+    return [*cmd, "--master-addr", "127.0.0.1", "--master-port", str(_free_port())]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def _torchrun(argv: list[str], **kwargs: object) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([*_launcher(), "-m", "seqrec", *argv], env=_env(), **kwargs)  # type: ignore[call-overload]
 
 
 # A gloo rank sometimes dies by SIGABRT with this message and no Python traceback (seen in about
@@ -105,24 +112,15 @@ def _torchrun(argv: list[str], **kwargs: object) -> subprocess.Popen[bytes]:
 GLOO_ABORT = "terminate called without an active exception"
 
 
-def _launched(
-    cmd: list[str], out: Path | None, env: dict[str, str]
-) -> subprocess.CompletedProcess[bytes]:
-    """Run a torchrun command to its end (tried twice on GLOO_ABORT; `out` removed between)."""
+def _launched(target: list[str], out: Path | None) -> subprocess.CompletedProcess[bytes]:
+    """torchrun `target` to its end (tried twice on GLOO_ABORT; `out` removed between)."""
     for attempt in range(2):
-        done = subprocess.run(cmd, env=env, capture_output=True, timeout=300)
+        done = subprocess.run([*_launcher(), *target], env=_env(), capture_output=True, timeout=300)
         if done.returncode == 0 or attempt or GLOO_ABORT not in done.stderr.decode():
             return done
         if out is not None and out.exists():
             shutil.rmtree(out)
     raise AssertionError("unreachable")
-
-
-def _torchrun_done(argv: list[str], out: Path) -> subprocess.CompletedProcess[bytes]:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
-    cmd += ["--master-addr", "127.0.0.1", "--master-port", str(_free_port())]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return _launched([*cmd, "-m", "seqrec", *argv], out, env)
 
 
 def _processes_of(out: Path) -> list[int]:
@@ -153,7 +151,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("ddp")
     data = _data(root)
     assert main(_argv(data, root / "one")) == 0
-    done = _torchrun_done(_argv(data, root / "two"), root / "two")
+    done = _launched(["-m", "seqrec", *_argv(data, root / "two")], root / "two")
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     return {"data": data, "one": root / "one", "two": root / "two", "stdout": root / "stdout"}
 
@@ -193,7 +191,7 @@ def test_a_killed_distributed_run_resumes_to_the_uninterrupted_one(
 ) -> None:
     more = ["train.max_epochs=60"]  # long enough to be killed mid-way
     full = tmp_path / "full"
-    done = _torchrun_done(_argv(runs["data"], full, *more), full)
+    done = _launched(["-m", "seqrec", *_argv(runs["data"], full, *more)], full)
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     cut = tmp_path / "cut"
     proc = _torchrun(_argv(runs["data"], cut, *more), stderr=subprocess.DEVNULL)
@@ -263,10 +261,7 @@ def test_validation_is_shared_by_user_between_the_ranks(
     alone = tr._validate(training, ds, torch.device("cpu"))
     script = tmp_path / "shared_validation.py"
     script.write_text(SHARED_VALIDATION)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
-    cmd += ["--master-addr", "127.0.0.1", "--master-port", str(_free_port())]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = _launched([*cmd, str(script), str(runs["one"]), str(tmp_path)], None, env)
+    done = _launched([str(script), str(runs["one"]), str(tmp_path)], None)
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     by_rank = {k: json.loads((tmp_path / f"rank{k}.json").read_text()) for k in (0, 1)}
     valid_users = ds.split.eval_set("valid").users.tolist()
