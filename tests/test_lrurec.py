@@ -35,12 +35,14 @@ def test_the_parallel_scan_is_the_recurrence_and_padding_adds_nothing(
 
 def test_the_chunked_and_doubling_scans_train_the_same_model() -> None:
     # the same weights, a left-padded batch over several chunks: the same states at the real
-    # positions and the same gradients (padding states differ and are never read)
+    # positions and the same gradients (padding states differ and are never read), though the
+    # doubling scan runs over 64 positions (a power of two) and the chunked one over 40
     cfg = LRURecConfig(max_len=40, d_model=8, dropout=0.0, lru_dropout=0.0)
     nets = []
     for scan in ("doubling", "chunked"):
         torch.manual_seed(0)
         nets.append(LRURec(30, LRURecConfig(**{**cfg.__dict__, "scan": scan})))
+    assert [net.width for net in nets] == [64, 40]
     ids = torch.randint(1, 31, (4, 40), generator=torch.Generator().manual_seed(1))
     ids[0, :23] = 0
     ids[1, :3] = 0

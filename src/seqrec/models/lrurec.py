@@ -215,8 +215,8 @@ class LRURec(SequenceModel):
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         """input_ids (B, L) left-padded, L <= max_len -> hidden states (B, L, D); h_t reads
-        s_1..s_t only. The scan runs over the power of two at or above max_len, as the authors'
-        batches (always max_len wide) do: one width for every input, a traced export's too."""
+        s_1..s_t only. The scan runs over `width` positions: one width for every input, a traced
+        export's too."""
         L = input_ids.shape[1]
         pad = self.width - L
         ids = F.pad(input_ids, (pad, 0))
@@ -227,7 +227,12 @@ class LRURec(SequenceModel):
 
     @property
     def width(self) -> int:
-        """The scan's length: the power of two at or above max_len."""
+        """The scan's length: for the doubling scan the power of two at or above max_len, as the
+        authors' batches (always max_len wide) run it; for the chunked scan the multiple of
+        SCAN_CHUNK at or above max_len (200 for ML-1M, not 256: the left padding only adds
+        positions whose inputs are zeroed, so the real positions' states are the same)."""
+        if self.cfg.scan == "chunked":
+            return -(-self.cfg.max_len // SCAN_CHUNK) * SCAN_CHUNK
         return 1 << max(0, (self.cfg.max_len - 1).bit_length())
 
     def output_weights(self) -> tuple[torch.Tensor, torch.Tensor | None]:
