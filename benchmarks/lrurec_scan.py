@@ -7,8 +7,10 @@ recursive doubling and the chunked scan, timed in one process on the papers' ML-
 Two measurements, each taken --rounds times alternating the two scans (the machine's speed
 drifts; the ratio is what counts): the scan alone, forward and backward, on the recipe's shape
 (batch 128, 256 positions, a state of 128 complex channels), and `ml-1m-lrurec` training steps
-(`--steps` after two untimed, the recipe's first batches) with each scan. It also records the
-first step's loss of each from the same initial weights, which must agree to float rounding.
+(`--steps` after two untimed, the recipe's first batches) with each scan, each over its model's
+width (doubling: 256 positions, the power of two above max_len 200; chunked: 200). It also
+records the first step's loss of each from the same initial weights, which must agree to float
+rounding.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import torch
 from _common import paper_ml1m, write_results
 from seqrec.config import RunConfig, load_config
 from seqrec.data.prepared import PreparedDataset, prepare
-from seqrec.models.lrurec import SCAN_CHUNK, _scan, _scan_chunked
+from seqrec.models.lrurec import SCAN_CHUNK, LRURec, _scan, _scan_chunked
 from seqrec.train import setup
 
 SCANS = {"doubling": _scan, "chunked": _scan_chunked}
@@ -50,6 +52,7 @@ def _scan_alone(name: str, reps: int = 5) -> float:
 def _steps(ds: PreparedDataset, scan: str, steps: int) -> dict[str, Any]:
     sets = [f"lrurec.scan={scan}", "train.loss_bf16=false", "train.bf16=false"]
     training = setup(ds, load_config(RunConfig, "ml-1m-lrurec", sets))
+    assert isinstance(training.model, LRURec)
     times, sizes, first = [], [], None
     for i, batch in zip(range(steps + 2), training.sampler.epoch(0), strict=False):
         start = time.perf_counter()
@@ -58,7 +61,12 @@ def _steps(ds: PreparedDataset, scan: str, steps: int) -> dict[str, Any]:
         if i >= 2:
             times.append(time.perf_counter() - start)
             sizes.append(batch.size)
-    return {"seq_per_s": sum(sizes) / sum(times), "step_s": statistics.fmean(times), "loss": first}
+    return {
+        "seq_per_s": sum(sizes) / sum(times),
+        "step_s": statistics.fmean(times),
+        "loss": first,
+        "width": training.model.width,
+    }
 
 
 def main() -> None:
@@ -82,6 +90,7 @@ def main() -> None:
             "seq_per_s": max(x["seq_per_s"] for x in steps[s]),
             "step_s": min(x["step_s"] for x in steps[s]),
             "first_loss": steps[s][0]["loss"],
+            "width": steps[s][0]["width"],
         }
         for s in SCANS
     }
@@ -98,11 +107,12 @@ def main() -> None:
         "# LRURec's scan: the authors' recursive doubling against the chunked scan\n\n"
         f"`ml-1m-lrurec`, the papers' ML-1M file; best of {args.rounds} alternating rounds. "
         f"Chunks of {SCAN_CHUNK} positions.\n\n"
-        "| scan | scan alone, forward + backward (s) | training seq/s | s a step | first loss |\n"
-        "|---|---|---|---|---|\n"
+        "| scan | scan alone, forward + backward (s) | model width | training seq/s | s a step "
+        "| first loss |\n"
+        "|---|---|---|---|---|---|\n"
         + "".join(
-            f"| {s} | {r['scan_alone_s']:.3f} | {r['seq_per_s']:.1f} | {r['step_s']:.3f} | "
-            f"{r['first_loss']:.5f} |\n"
+            f"| {s} | {r['scan_alone_s']:.3f} | {r['width']} | {r['seq_per_s']:.1f} | "
+            f"{r['step_s']:.3f} | {r['first_loss']:.5f} |\n"
             for s, r in rows.items()
         )
         + f"\nSpeed-up: the scan alone {payload['scan_speedup']:.2f}x, a training step "
