@@ -9,8 +9,8 @@ drifts; the ratio is what counts): the scan alone, forward and backward, on the 
 (batch 128, 256 positions, a state of 128 complex channels), and `ml-1m-lrurec` training steps
 (`--steps` after two untimed, the recipe's first batches) with each scan, each over its model's
 width (doubling: 256 positions, the power of two above max_len 200; chunked: 200). It also
-records the first step's loss of each from the same initial weights, which must agree to float
-rounding.
+records the first step's loss of each from the same initial weights without dropout, which must
+agree to float rounding.
 """
 
 from __future__ import annotations
@@ -53,20 +53,28 @@ def _steps(ds: PreparedDataset, scan: str, steps: int) -> dict[str, Any]:
     sets = [f"lrurec.scan={scan}", "train.loss_bf16=false", "train.bf16=false"]
     training = setup(ds, load_config(RunConfig, "ml-1m-lrurec", sets))
     assert isinstance(training.model, LRURec)
-    times, sizes, first = [], [], None
+    times, sizes = [], []
     for i, batch in zip(range(steps + 2), training.sampler.epoch(0), strict=False):
         start = time.perf_counter()
-        loss = float(training.step(batch))  # until the device has done it
-        first = loss if first is None else first
+        float(training.step(batch))  # until the device has done it
         if i >= 2:
             times.append(time.perf_counter() - start)
             sizes.append(batch.size)
     return {
         "seq_per_s": sum(sizes) / sum(times),
         "step_s": statistics.fmean(times),
-        "loss": first,
+        "loss": _first_loss(ds, scan),
         "width": training.model.width,
     }
+
+
+def _first_loss(ds: PreparedDataset, scan: str) -> float:
+    """The first batch's loss from the recipe's initial weights, without dropout (whose masks
+    are drawn over the model's width, which differs between the scans)."""
+    sets = [f"lrurec.scan={scan}", "lrurec.dropout=0", "lrurec.lru_dropout=0"]
+    sets += ["train.loss_bf16=false", "train.bf16=false"]
+    training = setup(ds, load_config(RunConfig, "ml-1m-lrurec", sets))
+    return float(training.step(next(iter(training.sampler.epoch(0)))))
 
 
 def main() -> None:
