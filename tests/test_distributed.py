@@ -114,13 +114,12 @@ GLOO_ABORT = "terminate called without an active exception"
 
 def _launched(target: list[str], out: Path | None) -> subprocess.CompletedProcess[bytes]:
     """torchrun `target` to its end (tried twice on GLOO_ABORT; `out` removed between)."""
-    for attempt in range(2):
-        done = subprocess.run([*_launcher(), *target], env=_env(), capture_output=True, timeout=300)
-        if done.returncode == 0 or attempt or GLOO_ABORT not in done.stderr.decode():
-            return done
+    done = subprocess.run([*_launcher(), *target], env=_env(), capture_output=True, timeout=300)
+    if done.returncode != 0 and GLOO_ABORT in done.stderr.decode():
         if out is not None and out.exists():
             shutil.rmtree(out)
-    raise AssertionError("unreachable")
+        done = subprocess.run([*_launcher(), *target], env=_env(), capture_output=True, timeout=300)
+    return done
 
 
 def _processes_of(out: Path) -> list[int]:

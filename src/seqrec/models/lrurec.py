@@ -98,7 +98,7 @@ class LRULayer(nn.Module):
         self.scan = _scan_chunked if cfg.scan == "chunked" else _scan
 
     def forward(self, x: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-        """x (B, L, D) with L a power of two, real (B, L) bool: False at padding."""
+        """x (B, L, D) with L the model's `width`, real (B, L) bool: False at padding."""
         nu, theta, gamma = torch.exp(self.params_log).unbind(0)
         lamb = torch.exp(torch.complex(-nu, theta))  # (2D,)
         re, im = self.in_proj(x).float().chunk(2, dim=-1)
