@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -153,6 +154,17 @@ class Oracle:
         return s
 
 
+class Counted:
+    """A member that counts the users it scores."""
+
+    def __init__(self, member: Any) -> None:
+        self.member, self.max_len, self.users = member, member.max_len, 0
+
+    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
+        self.users += len(histories)
+        return self.member.score(histories, users)
+
+
 def test_weights_are_chosen_on_validation_as_the_ensemble_ranks(tiny_runs: dict[str, Path]) -> None:
     from seqrec.checkpoint import load_run
     from seqrec.data.prepared import load_prepared
@@ -174,8 +186,13 @@ def test_weights_are_chosen_on_validation_as_the_ensemble_ranks(tiny_runs: dict[
     assert choice.weights == (0, 1) and choice.value == 1.0
     choice = choose_weights([oracle, a], ds, step=0.25, metric="hr@1")
     assert choice.weights == (0.25, 0.75) and choice.value == 1.0
-    with pytest.raises(ValueError, match="rank a sample of the users"):
-        choose_weights([a, b], ds, max_bytes=1000)
+    # users a chunk at a time (here 7 users' scores fit): the same values, each user scored once
+    whole = choose_weights([a, b], ds, step=0.25)
+    counted = Counted(b)
+    chunked = choose_weights([a, counted], ds, step=0.25, max_bytes=7 * (ds.n_items + 1) * 4 * 2)
+    assert chunked.weights == whole.weights
+    assert [v for _, v in chunked.grid] == pytest.approx([v for _, v in whole.grid], abs=1e-12)
+    assert counted.users == len(valid.targets) > 7
     with pytest.raises(ValueError, match="unknown metric"):
         choose_weights([a, b], ds, metric="auc")
 

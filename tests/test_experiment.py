@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -372,3 +373,88 @@ def test_a_random_search_draws_its_points_from_the_space_with_its_seed(
         load_spec(_spec(tmp_path, body + '[grid]\n"train.lr" = [1e-3]\n', "both"))
     with pytest.raises(ConfigError, match=r"\[random\] needs n >= 1"):
         load_spec(_spec(tmp_path, "[random]\nn = 0\nspace = {}\n", "bad"))
+
+
+def test_an_ensemble_spec_adds_a_row_ranking_by_its_members_runs_together(
+    tiny_runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from seqrec.checkpoint import load_run
+    from seqrec.data.prepared import prepare
+    from seqrec.ensemble import Ensemble, weight_grid
+
+    body = (
+        'ensemble = true\ncolumns = ["valid.full.ndcg@10"]\n'
+        '[[points]]\nlabel = "narrow"\nset = ["sasrec.d_model=8"]\n'
+        f'[[points]]\nlabel = "gru"\nbase = "{tmp_path / "gru.toml"}"\n'
+    )
+    (tmp_path / "gru.toml").write_text(
+        'model = "gru4rec"\n[gru4rec]\nmax_len = 12\nd_model = 16\nhidden = 16\n'
+        "[train]\nmax_epochs = 1\nlr = 5e-3\n"
+    )
+    spec = load_spec(_spec(tmp_path, body, "ens"))
+    assert spec.ensemble and [p.label for p in spec.points] == ["narrow", "gru"]
+    spec = spec.with_seeds([0, 1])
+    runs = tmp_path / "runs"
+    path = run_experiment(spec, str(tiny_runs["data"]), runs, progress=False)
+    result = json.loads(path.read_text())
+    labels = [(r["label"], r["seed"]) for r in result["runs"]]
+    assert labels == [("narrow", 0), ("narrow", 1), ("gru", 0), ("gru", 1)] + [
+        ("ensemble", 0),
+        ("ensemble", 1),
+    ]
+    cfg = spec.config(spec.points[0], 0)
+    ds = prepare(str(tiny_runs["data"]), data_cfg=cfg.data, eval_cfg=cfg.eval)
+    for row in result["runs"][4:]:
+        members = [r for r in result["runs"][:4] if r["seed"] == row["seed"]]
+        assert row["members"] == ["narrow", "gru"]
+        assert tuple(row["weights"]) in weight_grid(2, 0.1)
+        models = [load_run(r["run_dir"]).model for r in members]
+        alone = [ds.evaluate(m, "valid").metrics["full"]["ndcg@10"] for m in models]
+        # the grid holds each member alone, so the chosen weights rank validation at least as
+        # well as the better member
+        assert row["valid"]["full"]["ndcg@10"] >= max(alone) - 1e-9
+        assert row["columns"]["valid.full.ndcg@10"] == row["valid"]["full"]["ndcg@10"]
+        test = ds.evaluate(Ensemble(models, row["weights"]), "test").metrics
+        assert row["value"] == pytest.approx(test["full"]["ndcg@10"])
+        assert row["members_train_time_s"] == sum(r["train_time_s"] for r in members)
+    assert result["total_train_time_s"] == sum(r["train_time_s"] for r in result["runs"][:4])
+    md = path.with_suffix(".md").read_text()
+    assert "| ensemble | 2 | — | — |" in md and "seed 1: narrow " in md
+    # the runs are reused, and the ensemble rows computed again from them
+    stamp = (runs / "ens" / "gru-s1" / "model.pt").stat().st_mtime_ns
+    assert main(["experiment", str(tmp_path / "ens.toml"), "--data", str(tiny_runs["data"]),
+                 "--runs-dir", str(runs), "--seeds", "0,1", "--quiet"]) == 0  # fmt: skip
+    assert (runs / "ens" / "gru-s1" / "model.pt").stat().st_mtime_ns == stamp
+    assert json.loads(path.read_text())["runs"][4:] == result["runs"][4:]
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ('ensemble = 1\n[[points]]\nlabel = "a"\n[[points]]\nlabel = "b"\n', "true or false"),
+        ('ensemble = true\n[[points]]\nlabel = "a"\n', "two or more [[points]]"),
+        ('ensemble = true\naxis = "sasrec.d_model"\nvalues = [8, 16]\n', "two or more"),
+        (
+            'ensemble = true\n[[points]]\nlabel = "a"\n[[points]]\nlabel = "ensemble"\n',
+            "names the ensemble's row",
+        ),
+        (
+            'ensemble = true\n[[points]]\nlabel = "a"\n[[points]]\nlabel = "b"\n'
+            'set = ["data.min_item_interactions=3"]\n',
+            "point 'b' prepares the data or evaluates otherwise than 'a'",
+        ),
+    ],
+)
+def test_a_bad_ensemble_spec_is_refused_before_anything_trains(
+    tmp_path: Path, body: str, message: str
+) -> None:
+    spec = _spec(tmp_path, body)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_spec(spec)
+
+
+def test_experiment_seeds_must_be_distinct_integers(tiny_runs: dict[str, Path]) -> None:
+    for bad in ("0,x", "1,1", "-1"):
+        assert main(["experiment", "table4-ml1m", "--data", "ml-1m", "--seeds", bad]) == 2
+    assert load_spec("ensemble-ml1m").with_seeds([0, 2]).seeds == (0, 2)

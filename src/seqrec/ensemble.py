@@ -21,7 +21,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -32,9 +32,16 @@ if TYPE_CHECKING:
     from seqrec.checkpoint import Run
     from seqrec.data.prepared import PreparedDataset
 
-__all__ = ["Ensemble", "WeightChoice", "check_same_items", "choose_weights", "weight_grid"]
+__all__ = [
+    "Ensemble",
+    "WeightChoice",
+    "check_same_items",
+    "choose_weights",
+    "evaluate_runs",
+    "weight_grid",
+]
 
-# the most memory `choose_weights` holds for the members' scores of the validation users
+# the most memory `choose_weights` holds for the members' scores of a chunk of validation users
 CHOICE_BYTES = 2 << 30
 
 
@@ -166,8 +173,9 @@ def choose_weights(
 ) -> WeightChoice:
     """The grid point (`weight_grid`) with the best `metric` under `protocol` on the validation
     split (`sample_users`, `seed`: rank a sample of the users, as `PreparedDataset.eval_data`);
-    ties go to the earlier point. Each member is scored once and its log-softmax scores held
-    (users x items x members floats, at most `max_bytes`, else refused)."""
+    ties go to the earlier point. Each member scores each user once: the users are taken a chunk
+    at a time, the members' log-softmax scores of a chunk held (users x items x members floats,
+    at most `max_bytes`) while every grid point ranks it."""
     from seqrec.evaluate import evaluate, parse_protocols
     from seqrec.metrics import per_user
 
@@ -176,37 +184,91 @@ def choose_weights(
     grid = weight_grid(len(members), step)
     eval_set, negatives = ds.eval_data("valid", sample_users, seed)
     rows = len(eval_set.targets)
-    need = rows * (ds.n_items + 1) * 4 * len(members)
-    if need > max_bytes:
-        raise ValueError(
-            f"choosing weights would hold {need / 2**30:.1f} GiB of scores ({rows:,} users x "
-            f"{ds.n_items:,} items x {len(members)} members); rank a sample of the users "
-            "(eval.sample_users) or give the weights"
-        )
+    per_row = (ds.n_items + 1) * 4 * len(members)
+    chunk = max(1, min(rows, max_bytes // per_row))
+    ranks = [np.zeros(rows, dtype=np.int64) for _ in grid]
     row_of_user = np.zeros(ds.n_users, dtype=np.int64)
-    row_of_user[eval_set.users] = np.arange(rows)
-    tables = []
-    for member in members:
-        table = torch.full((rows, ds.n_items + 1), -math.inf)
-        evaluate(
-            _Recorder(member, table, row_of_user),
-            eval_set,
-            protocols=(protocol,),
-            negatives=negatives,
-            batch_size=batch_size,
-            device=device,
-        )
-        tables.append(table)
-    values = []
-    for w in grid:
-        total = sum((x * t for x, t in zip(w, tables, strict=True) if x > 0), torch.zeros(()))
-        report = evaluate(
-            _Table(total, row_of_user),
-            eval_set,
-            protocols=(protocol,),
-            negatives=negatives,
-            batch_size=batch_size,
-        )
-        values.append((w, float(per_user(report.ranks[protocol], metric).mean())))
+    for lo in range(0, rows, chunk):
+        part = np.arange(lo, min(lo + chunk, rows))
+        part_set = eval_set.take(part)
+        part_negs = {p: n[part] for p, n in negatives.items()}
+        row_of_user[part_set.users] = np.arange(len(part))
+        tables = []
+        for member in members:
+            table = torch.full((len(part), ds.n_items + 1), -math.inf)
+            evaluate(
+                _Recorder(member, table, row_of_user),
+                part_set,
+                protocols=(protocol,),
+                negatives=part_negs,
+                batch_size=batch_size,
+                device=device,
+            )
+            tables.append(table)
+        for i, w in enumerate(grid):
+            total = sum((x * t for x, t in zip(w, tables, strict=True) if x > 0), torch.zeros(()))
+            report = evaluate(
+                _Table(total, row_of_user),
+                part_set,
+                protocols=(protocol,),
+                negatives=part_negs,
+                batch_size=batch_size,
+            )
+            ranks[i][part] = report.ranks[protocol]
+    values = [(w, float(per_user(r, metric).mean())) for w, r in zip(grid, ranks, strict=True)]
     best = max(range(len(grid)), key=lambda i: (values[i][1], -i))
     return WeightChoice(grid[best], values[best][1], values, f"valid {protocol} {metric}")
+
+
+def evaluate_runs(
+    run_dirs: Sequence[str | Path],
+    ds: PreparedDataset,
+    *,
+    step: float = 0.1,
+    device: str | torch.device = "cpu",
+    trust: bool = False,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """The ensemble of finished runs as a recipe's last step: their weights chosen on the
+    validation split (`choose_weights`, the first run's evaluation settings), then both splits
+    evaluated at those weights under the first run's protocols and cut-offs. Returns
+    {"weights", "grid": [{"weights", "valid"}], "choice", "valid", "test"} (metrics as a run's
+    metrics.json holds them: protocol -> metric -> value)."""
+    from seqrec.checkpoint import load_run
+    from seqrec.evaluate import parse_protocols
+
+    runs = [load_run(d, device, trust=trust) for d in run_dirs]
+    check_same_items(runs)
+    if list(runs[0].item_ids) != list(ds.item_ids):
+        raise ValueError(f"{runs[0].path}: trained on other items than the dataset given")
+    e = runs[0].config.eval
+    models = [r.model for r in runs]
+    choice = choose_weights(
+        models,
+        ds,
+        step=step,
+        sample_users=e.sample_users,
+        seed=e.negative_seed,
+        batch_size=e.batch_size,
+        device=device,
+    )
+    ens = Ensemble(models, choice.weights)
+    out: dict[str, Any] = {
+        "weights": list(choice.weights),
+        "grid": [{"weights": list(w), "valid": v} for w, v in choice.grid],
+        "choice": choice.metric,
+    }
+    for split in ("valid", "test"):
+        report = ds.evaluate(
+            ens,
+            split,
+            protocols=parse_protocols(e.protocols),
+            ks=e.ks,
+            batch_size=e.batch_size,
+            device=device,
+            progress=progress,
+            sample_users=e.sample_users,
+            seed=e.negative_seed,
+        )
+        out[split] = {p: dict(v) for p, v in report.metrics.items()}
+    return out

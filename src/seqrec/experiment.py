@@ -36,6 +36,9 @@ A spec (TOML; a path or a shipped name from `seqrec/experiments/`):
     # columns = ["test.pop100.hr@10"]  # optional: more metrics in the table
     # paper_table = "bert4rec-table2-ml1m"   # optional: the paper's rows from seqrec.reference
     # plot = "bar"                   # optional: bars (default: a line over the points)
+    # ensemble = true                # optional: the [[points]] are an ensemble's members: per
+    #                                # seed, an "ensemble" row ranks by their runs together,
+    #                                # weights chosen on validation (seqrec.ensemble)
     [paper]                          # optional: the paper's value of `metric`, by label
     "10" = 0.4631
 """
@@ -55,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from seqrec.config import RunConfig, load_config
-from seqrec.data.prepared import prepare
+from seqrec.data.prepared import PreparedDataset, prepare
 from seqrec.errors import ConfigError
 from seqrec.provenance import atomic_write, git_commit
 from seqrec.reference import paper_table
@@ -83,7 +86,9 @@ _KEYS = {
     "set",
     "grid",
     "random",
+    "ensemble",
 }
+ENSEMBLE = "ensemble"  # the label of an ensemble spec's extra row
 _METRIC = r"(valid|test)\.\w+\.[\w@]+"
 
 
@@ -114,6 +119,9 @@ class ExperimentSpec:
     columns: tuple[str, ...] = ()  # more metrics ("test.pop100.hr@10") shown beside `metric`
     plot: str = "line"
     x_label: str = ""  # the figure's x axis, for specs with [[series]]
+    # the points are the members of an ensemble: per seed, one more row ranks by their runs
+    # together (seqrec.ensemble.evaluate_runs: weights chosen on validation)
+    ensemble: bool = False
 
     def config(self, point: Point, seed: int) -> RunConfig:
         overrides = [*point.overrides, f"train.seed={seed}"]
@@ -151,6 +159,12 @@ class ExperimentSpec:
         points = tuple(dataclasses.replace(p, budget=None) for p in self.points)
         name = f"{self.name}-{epochs}ep"
         return dataclasses.replace(self, name=name, budget=None, epochs=epochs, points=points)
+
+    def with_seeds(self, seeds: list[int]) -> ExperimentSpec:
+        """The same sweep under these training seeds (`experiment --seeds`)."""
+        if not seeds or len(set(seeds)) != len(seeds) or any(s < 0 for s in seeds):
+            raise ConfigError(f"--seeds must be distinct integers >= 0, got {seeds}")
+        return dataclasses.replace(self, seeds=tuple(seeds))
 
 
 def spec_names() -> list[str]:
@@ -196,13 +210,34 @@ def load_spec(path: str | Path) -> ExperimentSpec:
         columns=tuple(columns),
         plot=plot,
         x_label=_x_label(raw),
+        ensemble=_ensemble(p, raw, points),
     )
+    cfgs = []
     for point in spec.points:  # every point's config must load before anything is trained
         try:
-            spec.config(point, spec.seeds[0])
+            cfgs.append(spec.config(point, spec.seeds[0]))
         except ConfigError as e:
             raise ConfigError(f"{p}: point {point.label!r}: {e}") from None
+    if spec.ensemble:  # its members must rank the same users over the same items
+        for point, cfg in zip(spec.points[1:], cfgs[1:], strict=True):
+            if (cfg.data, cfg.eval) != (cfgs[0].data, cfgs[0].eval):
+                raise ConfigError(
+                    f"{p}: ensemble: point {point.label!r} prepares the data or evaluates "
+                    f"otherwise than {spec.points[0].label!r} ([data] and [eval] must be equal)"
+                )
     return spec
+
+
+def _ensemble(p: Path, raw: dict[str, Any], points: list[Point]) -> bool:
+    """`ensemble = true`: the spec's [[points]] (two or more) are an ensemble's members."""
+    value = raw.get("ensemble", False)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{p}: ensemble must be true or false")
+    if value and ("points" not in raw or len(points) < 2):
+        raise ConfigError(f"{p}: ensemble: list its members as two or more [[points]]")
+    if value and any(_slug(pt.label) == ENSEMBLE for pt in points):
+        raise ConfigError(f"{p}: ensemble: {ENSEMBLE!r} names the ensemble's row, not a point")
+    return value
 
 
 def _read_spec(path: str | Path) -> tuple[Path, dict[str, Any]]:
@@ -499,7 +534,58 @@ def run_experiment(
                     file=sys.stderr,
                     flush=True,
                 )
+    if spec.ensemble:
+        cfg = spec.config(spec.points[0], spec.seeds[0])
+        ds = prepare(data, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=progress)
+        for seed in spec.seeds:
+            rows.append(_ensemble_row(spec, [r for r in rows if r["seed"] == seed], ds, trust))
+            _write(spec, rows, root, command)
+            if progress:
+                print(
+                    f"{spec.name}: {ENSEMBLE} seed {seed}: weights "
+                    + ", ".join(f"{w:.2f}" for w in rows[-1]["weights"])
+                    + f", {spec.metric} {rows[-1]['value']:.4f}",
+                    file=sys.stderr,
+                    flush=True,
+                )
     return root / f"{spec.name}.json"
+
+
+def _ensemble_row(
+    spec: ExperimentSpec, members: list[dict[str, Any]], ds: PreparedDataset, trust: bool
+) -> dict[str, Any]:
+    """The row of one seed's members ranked together (`seqrec.ensemble.evaluate_runs`)."""
+    from seqrec.ensemble import evaluate_runs
+
+    scored = evaluate_runs([r["run_dir"] for r in members], ds, trust=trust)
+    metrics = {"valid": scored["valid"], "test": scored["test"]}
+    return {
+        "label": ENSEMBLE,
+        "overrides": [],
+        "seed": members[0]["seed"],
+        "value": _value(metrics, spec.metric),
+        "columns": {c: _value(metrics, c) for c in spec.columns},
+        "valid": scored["valid"],
+        "test": scored["test"],
+        "members": [r["label"] for r in members],
+        "weights": scored["weights"],
+        "grid": scored["grid"],
+        "choice": scored["choice"],
+        "epochs": None,  # not trained: its members' runs were
+        "seq_per_s": None,
+        "train_time_s": 0.0,
+        "members_train_time_s": sum(r["train_time_s"] for r in members),
+        "cpu_util": None,
+        "trained_at": None,
+        "config": None,
+        "run_dir": None,
+    }
+
+
+def _mean(values: list[Any]) -> float | None:
+    """The mean of the values that are numbers (an ensemble row has no epochs), else None."""
+    xs = [v for v in values if v is not None]
+    return statistics.mean(xs) if xs else None
 
 
 def _summary(spec: ExperimentSpec, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -510,13 +596,13 @@ def _summary(spec: ExperimentSpec, rows: list[dict[str, Any]]) -> list[dict[str,
         out.append(
             {
                 "label": label,
-                "series": next(p.series for p in spec.points if p.label == label),
+                "series": next((p.series for p in spec.points if p.label == label), None),
                 "seeds": len(group),
                 "mean": statistics.mean(values),
                 "std": statistics.stdev(values) if len(values) > 1 else None,
                 "full_ndcg@10": statistics.mean(r["test"]["full"]["ndcg@10"] for r in group),
-                "seq_per_s": statistics.mean(r["seq_per_s"] for r in group),
-                "epochs": statistics.mean(r["epochs"] for r in group),
+                "seq_per_s": _mean([r["seq_per_s"] for r in group]),
+                "epochs": _mean([r["epochs"] for r in group]),
                 "train_time_s": sum(r["train_time_s"] for r in group),
                 "cpu_util": min((r["cpu_util"] for r in group if r.get("cpu_util")), default=None),
                 "paper": spec.paper_value(label, spec.metric),
@@ -565,12 +651,14 @@ def _write(spec: ExperimentSpec, rows: list[dict[str, Any]], root: Path, command
         std = "" if s["std"] is None else f" ± {s['std']:.4f}"
         paper = "" if s["paper"] is None else f"{s['paper']:.4f}"
         cpu = "" if s["cpu_util"] is None else f"{s['cpu_util']:.2f}"
+        epochs = "—" if s["epochs"] is None else f"{s['epochs']:.0f}"
+        speed = "—" if s["seq_per_s"] is None else f"{s['seq_per_s']:.0f}"
         extra = "".join(
             f"| {v['mean']:.4f}" + ("" if v["paper"] is None else f" ({v['paper']:.4f})") + " "
             for v in s["columns"].values()
         )
         lines.append(
-            f"| {s['label']} | {s['seeds']} | {s['epochs']:.0f} | {s['seq_per_s']:.0f} | {cpu} "
+            f"| {s['label']} | {s['seeds']} | {epochs} | {speed} | {cpu} "
             f"| {s['mean']:.4f}{std} {extra}| {s['full_ndcg@10']:.4f} | {paper} |"
         )
     commit = git_commit()
@@ -581,6 +669,21 @@ def _write(spec: ExperimentSpec, rows: list[dict[str, Any]], root: Path, command
         for r in rows
         if r.get("trained_at") and r["trained_at"] != commit
     ]
+    ensembles = [r for r in rows if r["label"] == ENSEMBLE]
+    if ensembles:
+        lines += [
+            "",
+            f"The {ENSEMBLE} row ranks by its members' runs together (the weighted sum of their "
+            "log-softmax scores), the weights chosen on "
+            f"{ensembles[0]['choice']} over a grid of step 0.1: "
+            + "; ".join(
+                f"seed {r['seed']}: "
+                + ", ".join(f"{m} {w:.2f}" for m, w in zip(r["members"], r["weights"], strict=True))
+                + f" (valid {r['valid']['full']['ndcg@10']:.4f})"
+                for r in ensembles
+            )
+            + ".",
+        ]
     if best:
         lines += [
             "",
@@ -613,6 +716,7 @@ def _write(spec: ExperimentSpec, rows: list[dict[str, Any]], root: Path, command
             ],
             "columns": list(spec.columns),
             "paper": spec.paper,
+            "ensemble": spec.ensemble,
         },
         "summary": summary,
         "best": best,
@@ -620,7 +724,7 @@ def _write(spec: ExperimentSpec, rows: list[dict[str, Any]], root: Path, command
         "runs": rows,
     }
     seeds = {f"train_{i}": s for i, s in enumerate(spec.seeds)}
-    negatives = sorted({r["config"]["eval"]["negative_seed"] for r in rows})
+    negatives = sorted({r["config"]["eval"]["negative_seed"] for r in rows if r["config"]})
     seeds.update({f"candidates_{i}": s for i, s in enumerate(negatives)})
     write_results(root / spec.name, payload, "\n".join(lines), seeds=seeds, command=command)
     _plot(spec, summary, root / f"{spec.name}.png")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from seqrec.data import download
+from seqrec.errors import ConfigError
 
 REPRODUCIBLE = ("bert4rec-table2", "sasrec-table3")  # `seqrec reproduce` names: shipped specs
 
@@ -22,6 +23,8 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         spec = spec.with_budget(args.time_budget)
     if getattr(args, "epochs", None) is not None:
         spec = spec.with_epochs(args.epochs)
+    if getattr(args, "seeds", None):
+        spec = spec.with_seeds(_seeds(args.seeds))
     if args.dry_run:
         for point in spec.points:
             for seed in spec.seeds:
@@ -42,6 +45,13 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     print(path.with_suffix(".md").read_text())
     print(f"-> {path} (and .md, .png)")
     return 0
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"--seeds: expected comma-separated integers, got {text!r}") from None
 
 
 def _add_reuse_flags(p: argparse.ArgumentParser) -> None:
@@ -66,6 +76,9 @@ def add_parsers(sub: Any) -> None:
         "--epochs",
         type=int,
         help="train every point for this many epochs, no time budget (results: SPEC-<N>ep)",
+    )
+    p.add_argument(
+        "--seeds", help="train these seeds instead of the spec's ('0,1,2'; runs LABEL-s<seed>)"
     )
     p.add_argument("--dry-run", action="store_true", help="list the points, train nothing")
     _add_reuse_flags(p)
