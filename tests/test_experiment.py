@@ -420,6 +420,7 @@ def test_an_ensemble_spec_adds_a_row_ranking_by_its_members_runs_together(
     assert result["total_train_time_s"] == sum(r["train_time_s"] for r in result["runs"][:4])
     md = path.with_suffix(".md").read_text()
     assert "| ensemble | 2 | — | — |" in md and "seed 1: narrow " in md
+    assert " min over 4 run(s)" in md
     # the runs are reused, and the ensemble rows computed again from them
     stamp = (runs / "ens" / "gru-s1" / "model.pt").stat().st_mtime_ns
     assert main(["experiment", str(tmp_path / "ens.toml"), "--data", str(tiny_runs["data"]),

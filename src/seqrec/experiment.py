@@ -663,6 +663,7 @@ def _write(spec: ExperimentSpec, rows: list[dict[str, Any]], root: Path, command
         )
     commit = git_commit()
     total = sum(r["train_time_s"] for r in rows)
+    trained = sum(1 for r in rows if r["run_dir"])  # an ensemble's row is not a run
     # a reused run was trained by the code of its own commit: say which, point by point
     older = [
         f"{r['label']} (seed {r['seed']}) `{str(r['trained_at'])[:7]}`"
@@ -697,7 +698,7 @@ def _write(spec: ExperimentSpec, rows: list[dict[str, Any]], root: Path, command
         "a point's seeds); well below 1 means another job shared the cores and the point "
         "trained less than its budget could buy.",
         "",
-        f"Total training time: {total / 60:.1f} min over {len(rows)} run(s)"
+        f"Total training time: {total / 60:.1f} min over {trained} run(s)"
         + (f"; runs trained at another commit and reused: {', '.join(older)}" if older else "")
         + ".",
     ]
