@@ -225,7 +225,7 @@ def evaluate_runs(
     ds: PreparedDataset,
     *,
     step: float = 0.1,
-    device: str | torch.device = "cpu",
+    device: str | torch.device | None = None,
     trust: bool = False,
     progress: bool = False,
 ) -> dict[str, Any]:
@@ -233,9 +233,13 @@ def evaluate_runs(
     validation split (`choose_weights`, the first run's evaluation settings), then both splits
     evaluated at those weights under the first run's protocols and cut-offs. Returns
     {"weights", "grid": [{"weights", "valid"}], "choice", "valid", "test"} (metrics as a run's
-    metrics.json holds them: protocol -> metric -> value)."""
+    metrics.json holds them: protocol -> metric -> value). `device`: None for a GPU when there is
+    one."""
     from seqrec.checkpoint import load_run
     from seqrec.evaluate import parse_protocols
+    from seqrec.train import resolve_device
+
+    device = resolve_device("auto") if device is None else device
 
     runs = [load_run(d, device, trust=trust) for d in run_dirs]
     check_same_items(runs)
