@@ -36,6 +36,7 @@ __all__ = [
     "Ensemble",
     "WeightChoice",
     "check_same_items",
+    "choose_run_weights",
     "choose_weights",
     "evaluate_runs",
     "weight_grid",
@@ -220,6 +221,28 @@ def choose_weights(
     return WeightChoice(grid[best], values[best][1], values, f"valid {protocol} {metric}")
 
 
+def choose_run_weights(
+    runs: Sequence[Run],
+    ds: PreparedDataset,
+    *,
+    step: float = 0.1,
+    device: str | torch.device | None = None,
+) -> WeightChoice:
+    """`choose_weights` for loaded runs of the same items (else refused), under the first run's
+    evaluation settings (its sample of users, candidates' seed and batch size)."""
+    check_same_items(runs)
+    e = runs[0].config.eval
+    return choose_weights(
+        [r.model for r in runs],
+        ds,
+        step=step,
+        sample_users=e.sample_users,
+        seed=e.negative_seed,
+        batch_size=e.batch_size,
+        device=device,
+    )
+
+
 def evaluate_runs(
     run_dirs: Sequence[str | Path],
     ds: PreparedDataset,
@@ -242,21 +265,11 @@ def evaluate_runs(
     device = resolve_device("auto") if device is None else device
 
     runs = [load_run(d, device, trust=trust) for d in run_dirs]
-    check_same_items(runs)
     if list(runs[0].item_ids) != list(ds.item_ids):
         raise ValueError(f"{runs[0].path}: trained on other items than the dataset given")
+    choice = choose_run_weights(runs, ds, step=step, device=device)
     e = runs[0].config.eval
-    models = [r.model for r in runs]
-    choice = choose_weights(
-        models,
-        ds,
-        step=step,
-        sample_users=e.sample_users,
-        seed=e.negative_seed,
-        batch_size=e.batch_size,
-        device=device,
-    )
-    ens = Ensemble(models, choice.weights)
+    ens = Ensemble([r.model for r in runs], choice.weights)
     out: dict[str, Any] = {
         "weights": list(choice.weights),
         "grid": [{"weights": list(w), "valid": v} for w, v in choice.grid],

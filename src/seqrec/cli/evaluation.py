@@ -114,21 +114,12 @@ def _ensemble(
 ) -> tuple[Scorer, str]:
     """The run and the runs of --with as one `Ensemble`, its weights --weights or chosen on
     the validation split (printed)."""
-    from seqrec.ensemble import Ensemble, check_same_items, choose_weights
+    from seqrec.ensemble import Ensemble, check_same_items, choose_run_weights
 
     members = [run, *(load_run(p, device=device, trust=args.trust) for p in args.with_runs)]
     check_same_items(members)
-    models = [m.model for m in members]
     if weights is None:
-        cfg = run.config
-        choice = choose_weights(
-            models,
-            ds,
-            sample_users=cfg.eval.sample_users,
-            seed=cfg.eval.negative_seed,
-            batch_size=cfg.eval.batch_size,
-            device=device,
-        )
+        choice = choose_run_weights(members, ds, device=device)
         weights = list(choice.weights)
         print(
             f"weights chosen on {choice.metric} ({len(choice.grid)} grid points): "
@@ -138,7 +129,7 @@ def _ensemble(
         )
     labels = [run_label(m.config.model, m.config.train.loss) for m in members]
     name = " + ".join(f"{w / sum(weights):.2f} {x}" for w, x in zip(weights, labels, strict=True))
-    return Ensemble(models, weights), name
+    return Ensemble([m.model for m in members], weights), name
 
 
 def _print_report(
