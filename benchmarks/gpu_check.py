@@ -255,6 +255,7 @@ def time_to_quality(
     start, wall = time.perf_counter(), time.time()
     done = subprocess.run(cmd, capture_output=True, text=True)
     row: dict[str, Any] = {"recipe": name, "config": config, "sets": list(sets), "budget": budget}
+    row["ranks"] = LAUNCHED.get(name, 0)  # 0: one plain process, no torchrun
     if done.returncode != 0:
         return {**row, "error": done.stderr.strip().splitlines()[-3:]}
     m = json.loads((out / "metrics.json").read_text())
@@ -355,8 +356,11 @@ def _markdown(result: dict[str, Any], budget: str) -> str:
                 md += f"| {r['recipe']} | {r.get('skipped') or r.get('error')} |\n"
                 continue
             gpu = (r.get("gpu") or {}).get("util_mean", "")
+            sets = " ".join(r["sets"]) or "as shipped"
+            if r.get("ranks"):
+                sets += f"; torchrun, {r['ranks']} rank{'s' if r['ranks'] > 1 else ''}"
             md += (
-                f"| {r['recipe']} (`{r['config']}`) | {' '.join(r['sets']) or 'as shipped'} | "
+                f"| {r['recipe']} (`{r['config']}`) | {sets} | "
                 f"{r.get('epochs', '')} | {r.get('seq_per_s', 0):,.0f} | {gpu} | "
                 f"{cell(r, 'full')} | {cell(r, 'full', 'hr@10')} | {cell(r, 'uni100')} | "
                 f"{cell(r, 'pop100')} |\n"

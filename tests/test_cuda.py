@@ -79,3 +79,28 @@ def test_blocked_scoring_on_the_gpu_ranks_as_whole_rows(
     for p in whole.ranks:
         same = np.mean(whole.ranks[p] == blocked.ranks[p])
         assert same > 0.99, p  # the target's own dot product vs the matmul's: rounding only
+
+
+def test_an_ensemble_of_runs_on_the_gpu_chooses_and_scores_as_on_the_cpu(
+    toy: PreparedDataset, tmp_path: Path
+) -> None:
+    from seqrec.ensemble import evaluate_runs
+
+    dirs = []
+    for model in ("sasrec", "bert4rec"):
+        fit(toy, _config(model), tmp_path / model, progress=False)
+        dirs.append(tmp_path / model)
+    on_gpu = evaluate_runs(dirs, toy, step=0.5, device=DEVICE)
+    on_cpu = evaluate_runs(dirs, toy, step=0.5, device="cpu")
+    # the grid's validation scores agree, so the weights chosen score alike (a near-tie may
+    # pick the other of two equal points; the test metrics are compared where they agree)
+    cpu_valid = {tuple(c["weights"]): c["valid"] for c in on_cpu["grid"]}
+    for g in on_gpu["grid"]:
+        assert g["valid"] == pytest.approx(cpu_valid[tuple(g["weights"])], abs=1e-3)
+    best = max(cpu_valid.values())
+    assert cpu_valid[tuple(on_gpu["weights"])] == pytest.approx(best, abs=1e-3)
+    if on_gpu["weights"] != on_cpu["weights"]:
+        return
+    for p, metrics in on_gpu["test"].items():
+        for k, v in metrics.items():
+            assert v == pytest.approx(on_cpu["test"][p][k], abs=1e-3), (p, k)
