@@ -28,6 +28,7 @@ SCRIPT_AREA = {
     "ce_chunks": "performance",
     "distributed": "performance",
     "gpu_check": "performance",
+    "gpu_sweep": "sasrec",
     "ensemble": "recipes",
     "eval_speed": "performance",
     "fuzz_campaign": "reliability",
