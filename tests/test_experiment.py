@@ -459,3 +459,17 @@ def test_experiment_seeds_must_be_distinct_integers(tiny_runs: dict[str, Path]) 
     for bad in ("0,x", "1,1", "-1"):
         assert main(["experiment", "table4-ml1m", "--data", "ml-1m", "--seeds", bad]) == 2
     assert load_spec("ensemble-ml1m").with_seeds([0, 2]).seeds == (0, 2)
+
+
+def test_a_set_on_the_command_line_reaches_every_point_and_wins(tmp_path: Path) -> None:
+    spec = load_spec("bert4rec-table2")  # points with their own bases, one with its own lr
+    bpr = [p.label for p in spec.points].index("bpr-mf")
+    assert spec.config(spec.points[bpr], 0).train.lr == 1e-2
+    sets = ["data.min_item_interactions=0", "train.lr=5e-3"]
+    changed = spec.with_overrides(sets)
+    cfgs = [changed.config(p, 0) for p in changed.points]
+    assert {c.data.min_item_interactions for c in cfgs} == {0}
+    assert {c.train.lr for c in cfgs} == {5e-3}  # bpr-mf's own lr = 1e-2 is overridden
+    assert changed.points[bpr].overrides[-2:] == tuple(sets)  # recorded in the results' spec
+    with pytest.raises(ConfigError, match="section.key=value"):
+        spec.with_overrides(["lr=5e-3"])

@@ -52,6 +52,7 @@ import re
 import statistics
 import sys
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -159,6 +160,16 @@ class ExperimentSpec:
         points = tuple(dataclasses.replace(p, budget=None) for p in self.points)
         name = f"{self.name}-{epochs}ep"
         return dataclasses.replace(self, name=name, budget=None, epochs=epochs, points=points)
+
+    def with_overrides(self, sets: Sequence[str]) -> ExperimentSpec:
+        """The same sweep with `sets` ("section.key=value", `experiment --set`) applied to every
+        point, its own base or not, after the point's own overrides, so they win: e.g. the data
+        filter of another file (`--set data.min_item_interactions=0`)."""
+        bad = [x for x in sets if "=" not in x or "." not in x.split("=", 1)[0]]
+        if bad:
+            raise ConfigError(f"--set: expected section.key=value, got {bad[0]!r}")
+        points = tuple(dataclasses.replace(p, overrides=(*p.overrides, *sets)) for p in self.points)
+        return dataclasses.replace(self, points=points)
 
     def with_seeds(self, seeds: list[int]) -> ExperimentSpec:
         """The same sweep under these training seeds (`experiment --seeds`)."""

@@ -25,6 +25,10 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         spec = spec.with_epochs(args.epochs)
     if getattr(args, "seeds", None):
         spec = spec.with_seeds(_seeds(args.seeds))
+    if getattr(args, "set", None):
+        spec = spec.with_overrides(args.set)
+        for point in spec.points:  # every point's config checked before anything trains
+            spec.config(point, spec.seeds[0])
     if args.dry_run:
         for point in spec.points:
             for seed in spec.seeds:
@@ -79,6 +83,13 @@ def add_parsers(sub: Any) -> None:
     )
     p.add_argument(
         "--seeds", help="train these seeds instead of the spec's ('0,1,2'; runs LABEL-s<seed>)"
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="SECTION.KEY=VALUE",
+        help="an override for every point, after the spec's own (repeatable), e.g. "
+        "data.min_item_interactions=0",
     )
     p.add_argument("--dry-run", action="store_true", help="list the points, train nothing")
     _add_reuse_flags(p)
