@@ -465,10 +465,10 @@ def test_a_set_on_the_command_line_reaches_every_point_and_wins(tmp_path: Path) 
     spec = load_spec("bert4rec-table2")  # points with their own bases, one with its own lr
     bpr = [p.label for p in spec.points].index("bpr-mf")
     assert spec.config(spec.points[bpr], 0).train.lr == 1e-2
-    sets = ["data.min_item_interactions=0", "train.lr=5e-3"]
+    sets = ["data.min_item_interactions=1", "train.lr=5e-3"]
     changed = spec.with_overrides(sets)
     cfgs = [changed.config(p, 0) for p in changed.points]
-    assert {c.data.min_item_interactions for c in cfgs} == {0}
+    assert {c.data.min_item_interactions for c in cfgs} == {1}
     assert {c.train.lr for c in cfgs} == {5e-3}  # bpr-mf's own lr = 1e-2 is overridden
     assert changed.points[bpr].overrides[-2:] == tuple(sets)  # recorded in the results' spec
     with pytest.raises(ConfigError, match="section.key=value"):

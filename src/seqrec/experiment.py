@@ -164,7 +164,7 @@ class ExperimentSpec:
     def with_overrides(self, sets: Sequence[str]) -> ExperimentSpec:
         """The same sweep with `sets` ("section.key=value", `experiment --set`) applied to every
         point, its own base or not, after the point's own overrides, so they win: e.g. the data
-        filter of another file (`--set data.min_item_interactions=0`)."""
+        filter of another file (`--set data.min_item_interactions=1`)."""
         bad = [x for x in sets if "=" not in x or "." not in x.split("=", 1)[0]]
         if bad:
             raise ConfigError(f"--set: expected section.key=value, got {bad[0]!r}")

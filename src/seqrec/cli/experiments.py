@@ -89,7 +89,7 @@ def add_parsers(sub: Any) -> None:
         action="append",
         metavar="SECTION.KEY=VALUE",
         help="an override for every point, after the spec's own (repeatable), e.g. "
-        "data.min_item_interactions=0",
+        "data.min_item_interactions=1",
     )
     p.add_argument("--dry-run", action="store_true", help="list the points, train nothing")
     _add_reuse_flags(p)
