@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -76,6 +77,27 @@ def write_results(
     run directories whose numbers the file reports."""
     stem = results_stem(name, area)
     return results.write_results(stem, payload, markdown, seeds=seeds, runs=runs)
+
+
+def copy_results(paths: Sequence[Path], out: str | None) -> None:
+    """Copy a results file's paths to `out` too (the device tool's $OUT), when one is given."""
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        for p in paths:
+            shutil.copy(p, Path(out) / p.name)
+
+
+def device_info(device: str) -> dict[str, Any]:
+    """torch's version and the device; on CUDA the card's name, memory and multiprocessors."""
+    import torch
+
+    info: dict[str, Any] = {"torch": torch.__version__, "device": device}
+    if device.startswith("cuda") and torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        info.update(
+            name=p.name, memory_gib=round(p.total_memory / 2**30, 1), sms=p.multi_processor_count
+        )
+    return info
 
 
 def data_dir(arg: str | None) -> Path:

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import paper_ml1m, write_results
+from _common import copy_results, device_info, paper_ml1m, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -307,18 +307,6 @@ def run_tests(device: str, seconds: float) -> dict[str, Any]:
     }
 
 
-def _device_info(device: str) -> dict[str, Any]:
-    import torch
-
-    info: dict[str, Any] = {"torch": torch.__version__, "device": device}
-    if device.startswith("cuda") and torch.cuda.is_available():
-        p = torch.cuda.get_device_properties(0)
-        info.update(
-            name=p.name, memory_gib=round(p.total_memory / 2**30, 1), sms=p.multi_processor_count
-        )
-    return info
-
-
 def _markdown(result: dict[str, Any], budget: str) -> str:
     dev = result["device"]
 
@@ -392,7 +380,7 @@ def main() -> None:
     runs.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     monitor = GpuMonitor(runs / "nvidia-smi.csv")
-    result: dict[str, Any] = {"device": _device_info(args.device)}
+    result: dict[str, Any] = {"device": device_info(args.device)}
     print(json.dumps(result["device"]), flush=True)
 
     def save() -> None:
@@ -404,10 +392,7 @@ def main() -> None:
             seeds={**_train_seeds(args.recipes), "candidates": 42},
             area="performance",
         )
-        if args.out:
-            Path(args.out).mkdir(parents=True, exist_ok=True)
-            for p in paths:
-                shutil.copy(p, Path(args.out) / p.name)
+        copy_results(paths, args.out)
 
     try:
         result["time_to_quality"] = []

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import paper_beauty, paper_ml1m, write_results
+from _common import copy_results, device_info, paper_beauty, paper_ml1m, write_results
 
 # the CPU speed options of ml-1m-sasrec's header: 3x the sequences per second there
 FAST = (
@@ -59,9 +59,13 @@ PROBES: dict[str, tuple[str, str, tuple[str, ...]]] = {
 }
 
 
-def _row(name: str, out: Path, rc: int | None, stderr: str) -> dict[str, Any]:
+def _head(name: str) -> dict[str, Any]:
     data, config, sets = PROBES[name]
-    row: dict[str, Any] = {"probe": name, "data": data, "config": config, "sets": list(sets)}
+    return {"probe": name, "data": data, "config": config, "sets": list(sets)}
+
+
+def _row(name: str, out: Path, rc: int | None, stderr: str) -> dict[str, Any]:
+    row = _head(name)
     if not (out / "metrics.json").exists():
         return {**row, "error": f"rc {rc}: " + " | ".join(stderr.strip().splitlines()[-3:])}
     m = json.loads((out / "metrics.json").read_text())
@@ -118,12 +122,12 @@ def main() -> None:
         sys.exit(f"gpu_sweep: unknown probe(s) {unknown}; known: {', '.join(PROBES)}")
     files = {"ml-1m": paper_ml1m(args.data_dir), "beauty": paper_beauty(args.data_dir)}
     runs = Path(args.runs)
-    import torch
-
-    dev: dict[str, Any] = {"torch": torch.__version__, "device": args.device}
-    if args.device.startswith("cuda") and torch.cuda.is_available():
-        dev["name"] = torch.cuda.get_device_properties(0).name
-    result: dict[str, Any] = {"device": dev, "jobs": args.jobs, "cap": args.cap, "rows": []}
+    result: dict[str, Any] = {
+        "device": device_info(args.device),
+        "jobs": args.jobs,
+        "cap": args.cap,
+        "rows": [],
+    }
     start = time.perf_counter()
 
     def save() -> None:
@@ -137,15 +141,12 @@ def main() -> None:
             seeds={"train": 0, "candidates": 42},
             area="sasrec",
         )
-        if args.out:
-            Path(args.out).mkdir(parents=True, exist_ok=True)
-            for p in paths:
-                shutil.copy(p, Path(args.out) / p.name)
+        copy_results(paths, args.out)
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     waiting = list(names)
     running: dict[str, subprocess.Popen[str]] = {}
-    logs: dict[str, Path] = {}
+    logs: dict[str, Any] = {}  # each run's stderr, an open file
     while waiting or running:
         while waiting and len(running) < args.jobs:
             name = waiting.pop(0)
@@ -158,9 +159,10 @@ def main() -> None:
             cmd += ["--out", str(out), "--config", config, "--time-budget", args.cap, "--quiet"]
             for s in (f'train.device="{args.device}"', *sets):
                 cmd += ["--set", s]
-            logs[name] = runs / f"{name}.err"
-            err = logs[name].open("w")
-            running[name] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
+            logs[name] = (runs / f"{name}.err").open("w+")
+            running[name] = subprocess.Popen(
+                cmd, stdout=subprocess.DEVNULL, stderr=logs[name], env=env
+            )
         time.sleep(1.0)
         out_of_time = time.perf_counter() - start > args.deadline
         for name, proc in list(running.items()):
@@ -170,13 +172,16 @@ def main() -> None:
                 proc.kill()
                 proc.wait()
             del running[name]
-            row = _row(name, runs / name, proc.returncode, logs[name].read_text())
+            err = logs.pop(name)
+            err.seek(0)
+            row = _row(name, runs / name, proc.returncode, err.read())
+            err.close()
             result["rows"].append(row)
             print(json.dumps(row), flush=True)
             save()
         if out_of_time:
             for name in waiting:
-                result["rows"].append({"probe": name, **_row(name, runs / "-", None, "not run")})
+                result["rows"].append({**_head(name), "error": "not run: out of time"})
             waiting = []
     save()
     print(_markdown(result))

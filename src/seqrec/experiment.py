@@ -58,7 +58,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from seqrec.config import RunConfig, load_config
+from seqrec.config import RunConfig, load_config, parse_override
 from seqrec.data.prepared import PreparedDataset, prepare
 from seqrec.errors import ConfigError
 from seqrec.provenance import atomic_write, git_commit
@@ -165,9 +165,9 @@ class ExperimentSpec:
         """The same sweep with `sets` ("section.key=value", `experiment --set`) applied to every
         point, its own base or not, after the point's own overrides, so they win: e.g. the data
         filter of another file (`--set data.min_item_interactions=1`)."""
-        bad = [x for x in sets if "=" not in x or "." not in x.split("=", 1)[0]]
-        if bad:
-            raise ConfigError(f"--set: expected section.key=value, got {bad[0]!r}")
+        for x in sets:
+            if len(parse_override(x)[0]) < 2:  # a bare key: no section
+                raise ConfigError(f"--set: expected section.key=value, got {x!r}")
         points = tuple(dataclasses.replace(p, overrides=(*p.overrides, *sets)) for p in self.points)
         return dataclasses.replace(self, points=points)
 
