@@ -65,6 +65,7 @@ from seqrec.provenance import atomic_write, git_commit
 from seqrec.reference import paper_table
 from seqrec.results import write_results
 from seqrec.rundir import RunDir
+from seqrec.validation import validate
 
 __all__ = ["SPEC_DIR", "ExperimentSpec", "Point", "load_spec", "run_experiment", "spec_names"]
 
@@ -141,7 +142,7 @@ class ExperimentSpec:
                 decay=decay,
             )
             cfg = dataclasses.replace(cfg, train=train)
-        return cfg
+        return validate(cfg)  # a bad value fails here, before any point trains
 
     def paper_value(self, label: str, metric: str) -> float | None:
         """The paper's value of `metric` ("test.pop100.ndcg@10") for a point, if it gives one."""
