@@ -31,6 +31,7 @@ def main() -> None:
     base = load_config(RunConfig, args.base)
     at = [int(e) for e in args.at.split(",")]
     rows: list[dict[str, Any]] = []
+    curves: set[str] = set()  # the validation metrics the probes' curves follow ("full_hr@10")
     for name in args.probe:
         run = Path(args.runs_dir) / name
         run_dir = RunDir(run, trust=True)  # the benchmarks' own runs, some older than the manifest
@@ -41,6 +42,8 @@ def main() -> None:
         ]
         log = run_dir.log()
         key = next((k for h in log for k in h if k.startswith("valid_")), None)
+        if key:
+            curves.add(key.removeprefix("valid_"))
         curve = {h["epoch"]: h[key] for h in log if key and key in h}
         metrics = run_dir.metrics()
         rows.append(
@@ -70,11 +73,16 @@ def main() -> None:
             }
         )
     timed = any(r["epochs_bought"] is not None for r in rows)
+    followed = " / ".join(
+        f"{protocol} {metric.upper()}"
+        for protocol, metric in (c.split("_", 1) for c in sorted(curves))
+    )
     lines = [
         f"# {args.title}",
         "",
         f"Base: `{args.base}`; every probe is the base with the settings shown changed. "
-        f"Validation full NDCG@10 at epochs {', '.join(map(str, at))} (0-based); test on the "
+        f"Validation {followed or 'full NDCG@10'} at epochs {', '.join(map(str, at))} "
+        "(0-based); test on the "
         "state chosen on validation (the last state where a probe trained on train+valid: "
         "nothing is validated). seq/s is wall-clock training speed, which other jobs on "
         "the machine slowed for some probes: compare quality, not speed, across rows.",
