@@ -167,6 +167,13 @@ def test_a_published_user_item_file_is_not_filtered_again_unless_asked(
     cfg = DataConfig(min_user_interactions=5, min_item_interactions=5)
     ds5 = prepare(src, out=tmp_path / "5-core", data_cfg=cfg, progress=False)
     assert (ds5.stats["users"], ds5.stats["items"], ds5.stats["actions"]) == (6, 6, 36)
+    note = capsys.readouterr().err  # a recipe's k-core on a published file says what it removed
+    assert (
+        "paper.txt: a published `user item` dataset, the configured k-core (5 a user, 5 an " in note
+    )
+    assert "item) keeps 36 of its 39 interactions" in note
+    cfg3 = DataConfig(min_user_interactions=3, min_item_interactions=1)  # removes nothing
+    prepare(src, out=tmp_path / "3-core", data_cfg=cfg3, progress=False)
     assert capsys.readouterr().err == ""
 
 

@@ -214,22 +214,31 @@ def kcore_thresholds(data_cfg: DataConfig, fmt: str | None) -> tuple[int, int]:
     return (default if u is None else u, default if i is None else i)
 
 
-def _note_unfiltered(source: Path, df: pl.DataFrame) -> None:
-    """Say so on stderr when the default 5-core would have changed a published file."""
+def _note_kcore(source: Path, df: pl.DataFrame, kcore: tuple[int, int] | None) -> None:
+    """Say on stderr what a k-core does to a published file (already its paper's dataset): with
+    none configured (`kcore` None), what the default 5-core would have removed; with one
+    configured (a recipe written for another file carries one), what it removes. Silent where
+    it removes nothing."""
     if df.height == 0:
         return
     users, _ = dense_codes(df.get_column("user"))
     items, _ = dense_codes(df.get_column("item"))
-    keep = kcore_mask(users, items, DEFAULT_KCORE, DEFAULT_KCORE)
+    u, i = kcore or (DEFAULT_KCORE, DEFAULT_KCORE)
+    keep = kcore_mask(users, items, u, i)
     if keep.all():
         return
-    print(
-        f"{source.name}: a published `user item` dataset, taken as it is; a {DEFAULT_KCORE}-core "
-        f"would keep {int(keep.sum()):,} of its {df.height:,} interactions "
-        f"(--min-user-interactions {DEFAULT_KCORE} --min-item-interactions {DEFAULT_KCORE} "
-        "applies it)",
-        file=sys.stderr,
-    )
+    kept = f"{int(keep.sum()):,} of its {df.height:,} interactions"
+    if kcore is None:
+        note = (
+            f"taken as it is; a {DEFAULT_KCORE}-core would keep {kept} (--min-user-interactions "
+            f"{DEFAULT_KCORE} --min-item-interactions {DEFAULT_KCORE} applies it)"
+        )
+    else:
+        note = (
+            f"the configured k-core ({u} a user, {i} an item) keeps {kept} "
+            "(data.min_user_interactions = 1 and data.min_item_interactions = 1 take it as it is)"
+        )
+    print(f"{source.name}: a published `user item` dataset, {note}", file=sys.stderr)
 
 
 def _default_dir(name: str, key: dict[str, Any]) -> Path:
@@ -304,8 +313,8 @@ def prepare(
         raise ConfigError(f'{source}: data.split = "time" needs timestamps; a {fmt} file has none')
     kcore = kcore_thresholds(data_cfg, fmt)
     unset = data_cfg.min_user_interactions is None and data_cfg.min_item_interactions is None
-    if fmt in PUBLISHED_FORMATS and unset:
-        _note_unfiltered(source, df)
+    if fmt in PUBLISHED_FORMATS and (unset or kcore != (1, 1)):
+        _note_kcore(source, df, None if unset else kcore)
     return prepare_frame(
         df,
         out,
