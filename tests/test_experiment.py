@@ -259,6 +259,8 @@ def test_reproduce_lists_a_papers_rows_with_its_numbers_beside(
     assert table2.paper_value("bpr-mf", "test.pop100.ndcg@10") == 0.2365
     assert table2.paper_value("bert4rec", "test.pop100.hr@10") == 0.6970
     assert table2.paper_value("caser", "test.pop100.mrr") == 0.3648
+    # a paper reports test numbers: none stands beside a validation metric of the same name
+    assert table2.paper_value("caser", "valid.pop100.mrr") is None
     table3 = load_spec("sasrec-table3")  # SASRec Table III (uni100)
     assert table3.paper_value("transrec", "test.uni100.ndcg@10") == 0.3969
     assert table3.paper_value("sasrec", "test.uni100.hr@10") == 0.8245

@@ -145,8 +145,10 @@ class ExperimentSpec:
         return validate(cfg)  # a bad value fails here, before any point trains
 
     def paper_value(self, label: str, metric: str) -> float | None:
-        """The paper's value of `metric` ("test.pop100.ndcg@10") for a point, if it gives one."""
-        return self.paper.get(label, {}).get(metric.split(".", 1)[1])
+        """The paper's value of `metric` ("test.pop100.ndcg@10") for a point, if it gives one:
+        a paper reports test numbers, so a validation metric has none beside it."""
+        split, rest = metric.split(".", 1)
+        return self.paper.get(label, {}).get(rest) if split == "test" else None
 
     def with_budget(self, budget: str) -> ExperimentSpec:
         """The same sweep with one time budget for every point (`reproduce --time-budget`)."""
