@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from _common import copy_results, device_info, paper_beauty, paper_ml1m, write_results
 
@@ -146,7 +146,7 @@ def main() -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     waiting = list(names)
     running: dict[str, subprocess.Popen[str]] = {}
-    logs: dict[str, Any] = {}  # each run's stderr, an open file
+    logs: dict[str, TextIO] = {}  # each run's stderr, an open file
     while waiting or running:
         while waiting and len(running) < args.jobs:
             name = waiting.pop(0)

@@ -214,31 +214,22 @@ def kcore_thresholds(data_cfg: DataConfig, fmt: str | None) -> tuple[int, int]:
     return (default if u is None else u, default if i is None else i)
 
 
-def _note_kcore(source: Path, df: pl.DataFrame, kcore: tuple[int, int] | None) -> None:
-    """Say on stderr what a k-core does to a published file (already its paper's dataset): with
-    none configured (`kcore` None), what the default 5-core would have removed; with one
-    configured (a recipe written for another file carries one), what it removes. Silent where
-    it removes nothing."""
+def _note_unfiltered(source: Path, df: pl.DataFrame) -> None:
+    """Say so on stderr when the default 5-core would have changed a published file."""
     if df.height == 0:
         return
     users, _ = dense_codes(df.get_column("user"))
     items, _ = dense_codes(df.get_column("item"))
-    u, i = kcore or (DEFAULT_KCORE, DEFAULT_KCORE)
-    keep = kcore_mask(users, items, u, i)
+    keep = kcore_mask(users, items, DEFAULT_KCORE, DEFAULT_KCORE)
     if keep.all():
         return
-    kept = f"{int(keep.sum()):,} of its {df.height:,} interactions"
-    if kcore is None:
-        note = (
-            f"taken as it is; a {DEFAULT_KCORE}-core would keep {kept} (--min-user-interactions "
-            f"{DEFAULT_KCORE} --min-item-interactions {DEFAULT_KCORE} applies it)"
-        )
-    else:
-        note = (
-            f"the configured k-core ({u} a user, {i} an item) keeps {kept} "
-            "(data.min_user_interactions = 1 and data.min_item_interactions = 1 take it as it is)"
-        )
-    print(f"{source.name}: a published `user item` dataset, {note}", file=sys.stderr)
+    print(
+        f"{source.name}: a published `user item` dataset, taken as it is; a {DEFAULT_KCORE}-core "
+        f"would keep {int(keep.sum()):,} of its {df.height:,} interactions "
+        f"(--min-user-interactions {DEFAULT_KCORE} --min-item-interactions {DEFAULT_KCORE} "
+        "applies it)",
+        file=sys.stderr,
+    )
 
 
 def _default_dir(name: str, key: dict[str, Any]) -> Path:
@@ -313,9 +304,10 @@ def prepare(
         raise ConfigError(f'{source}: data.split = "time" needs timestamps; a {fmt} file has none')
     kcore = kcore_thresholds(data_cfg, fmt)
     unset = data_cfg.min_user_interactions is None and data_cfg.min_item_interactions is None
-    if fmt in PUBLISHED_FORMATS and (unset or kcore != (1, 1)):
-        _note_kcore(source, df, None if unset else kcore)
-    return prepare_frame(
+    published, rows = fmt in PUBLISHED_FORMATS, df.height
+    if published and unset:
+        _note_unfiltered(source, df)
+    ds = prepare_frame(
         df,
         out,
         name=name,
@@ -326,6 +318,15 @@ def prepare(
         replace=True,  # checked above
         progress=progress,
     )
+    if published and ds.stats["actions"] < rows:  # a recipe's k-core applied to a paper's file
+        print(
+            f"{source.name}: a published `user item` dataset, the configured k-core ({kcore[0]} "
+            f"a user, {kcore[1]} an item) keeps {ds.stats['actions']:,} of its {rows:,} "
+            "interactions (data.min_user_interactions = 1 and data.min_item_interactions = 1 "
+            "take it as it is)",
+            file=sys.stderr,
+        )
+    return ds
 
 
 def _with_columns(
