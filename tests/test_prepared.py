@@ -235,3 +235,14 @@ def test_sequences_prepared_by_another_engine_are_checked_and_completed(tmp_path
     (theirs / "vocab.json").write_text('{"users": []}')
     with pytest.raises(DataError, match=r'vocab\.json: expected \{"users": \[ids\.\.\.\], "items"'):
         prepare(theirs, out=tmp_path / "refused", progress=False)
+
+
+def test_out_may_be_a_string(tmp_path: Path) -> None:
+    lines = [f"{u} {i}" for u in range(1, 7) for i in range(1, 7)]
+    src = tmp_path / "paper.txt"
+    src.write_text("\n".join(lines) + "\n")
+    ds = prepare(str(src), out=str(tmp_path / "p"), progress=False)
+    assert (ds.stats["users"], ds.stats["actions"]) == (6, 36)
+    assert (tmp_path / "p").is_dir()
+    again = prepare(str(src), out=str(tmp_path / "p"), progress=False)  # reused as it is
+    assert again.stats == ds.stats

@@ -252,7 +252,7 @@ def prepare(
     *,
     data_cfg: DataConfig | None = None,
     eval_cfg: EvalConfig | None = None,
-    out: Path | None = None,
+    out: str | Path | None = None,
     force: bool = False,
     progress: bool = True,
     inputs: Sequence[Path | str] = (),
@@ -275,6 +275,7 @@ def prepare(
     read."""
     data_cfg = _with_columns(data_cfg or DataConfig(), user_col, item_col, time_col)
     eval_cfg = eval_cfg or EvalConfig()
+    out = None if out is None else Path(out)
     if is_frame(data):
         return _prepare_in_memory(data, data_cfg, eval_cfg, out, force, progress, inputs, name)
     if Path(data).is_dir() and dir_kind(Path(data)) == "prepared":
