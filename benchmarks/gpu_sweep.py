@@ -117,12 +117,12 @@ def seed_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _markdown(result: dict[str, Any]) -> str:
-    dev = result["device"]
+    dev, seeds = result["device"], ", ".join(map(str, result["train_seeds"]))
     md = (
         f"# SASRec (BCE) probes on one GPU ({dev.get('name', dev['device'])}, "
         f"up to {result['jobs']} runs at once)\n\n"
         "Test split, the state chosen on validation full NDCG@10 unless the settings name "
-        f"another train.val_protocol, training seeds {', '.join(map(str, result['seeds']))}.\n\n"
+        f"another train.val_protocol, training seeds {seeds}.\n\n"
         "| probe | seed | config | settings | epochs | best epoch | full NDCG@10 | uni100 HR@10 | "
         "uni100 NDCG@10 | pop100 HR@10 | pop100 NDCG@10 |\n"
         "|---|---|---|---|---|---|---|---|---|---|---|\n"
@@ -180,7 +180,7 @@ def main() -> None:
         "device": device_info(args.device),
         "jobs": args.jobs,
         "cap": args.cap,
-        "seeds": seeds,
+        "train_seeds": seeds,
         "rows": [],
     }
     start = time.perf_counter()
