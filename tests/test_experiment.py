@@ -57,6 +57,9 @@ def test_a_sweep_trains_each_point_once_and_writes_results_after_each(
     assert result["total_train_time_s"] == sum(r["train_time_s"] for r in result["runs"])
     md = path.with_suffix(".md").read_text()
     assert "| 16 | 1 |" in md and "0.5000" in md
+    # each row says its budget (the base's one epoch, no clock) and the epoch validation chose
+    assert result["runs"][1]["best_epoch"] == 0 and result["summary"][1]["budget"] == "1 epoch"
+    assert "| 16 | 1 | 1 epoch | 1 | 1 |" in md
     assert path.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
     assert "machine: " in md and "trained at another commit" not in md
     # again: both points reused, not retrained; a point trained by other code says its commit
@@ -73,6 +76,18 @@ def test_a_sweep_trains_each_point_once_and_writes_results_after_each(
     (tmp_path / "base.toml").write_text(BASE.replace("lr = 5e-3", "lr = 1e-3"))
     with pytest.raises(ConfigError, match=r"8-s0: holds a run of another config \(train\.lr"):
         run_experiment(load_spec(spec_path), str(tiny_runs["data"]), runs, progress=False)
+
+
+def test_a_rows_budget_cell_names_what_ended_its_training() -> None:
+    from seqrec.experiment import _budget
+
+    clock = {"train": {"time_budget": "20m", "max_epochs": 200, "max_steps": 0}}
+    assert _budget(clock, {"stopped": "time_budget"}) == "20m"
+    assert _budget(clock, {"stopped": "max_epochs"}) == "20m, 200 epochs first"
+    assert _budget(clock, {"stopped": "early_stopping"}) == "20m, early stop"
+    epochs = {"train": {"time_budget": None, "max_epochs": 30, "max_steps": 0}}
+    assert _budget(epochs, {"stopped": "max_epochs"}) == "30 epochs"
+    assert _budget(epochs, {"stopped": "early_stopping"}) == "30 epochs, early stop"
 
 
 def test_an_epochs_sweep_trains_every_point_the_same_epochs_without_a_clock(

@@ -522,6 +522,7 @@ def run_experiment(
                 progress=progress,
                 trust=trust,
             )
+            recorded = RunDir(out, trust=trust).config_dict()
             rows.append(
                 {
                     "label": point.label,
@@ -531,11 +532,13 @@ def run_experiment(
                     "columns": {c: _value(metrics, c) for c in spec.columns},
                     "test": metrics["test"],
                     "epochs": metrics["epochs"],
+                    "best_epoch": metrics.get("best_epoch"),
+                    "budget": _budget(recorded, metrics),
                     "seq_per_s": metrics["seq_per_s"],
                     "train_time_s": metrics["train_time_s"],
                     "cpu_util": metrics.get("cpu_util"),
                     "trained_at": metrics.get("git_commit"),
-                    "config": RunDir(out, trust=trust).config_dict(),
+                    "config": recorded,
                     "run_dir": str(out),
                 }
             )
@@ -565,6 +568,21 @@ def run_experiment(
     return root / f"{spec.name}.json"
 
 
+def _budget(config: dict[str, Any], metrics: dict[str, Any]) -> str:
+    """A run's budget as a table cell: its time budget (e.g. "20m") or, without a clock, its
+    epochs; with what ended it where that came first ("20m, 200 epochs first", "20m, early
+    stop")."""
+    train = config.get("train", {})
+    n = train.get("max_epochs")
+    epochs = f"{n} epoch{'' if n == 1 else 's'}"
+    stopped = metrics.get("stopped")
+    end = {"early_stopping": "early stop", "max_steps": f"{train.get('max_steps')} steps first"}
+    if train.get("time_budget"):
+        end["max_epochs"] = f"{epochs} first"
+        return train["time_budget"] + (f", {end[stopped]}" if stopped in end else "")
+    return epochs + (f", {end[stopped]}" if stopped in end else "")
+
+
 def _ensemble_row(
     spec: ExperimentSpec, members: list[dict[str, Any]], ds: PreparedDataset, trust: bool
 ) -> dict[str, Any]:
@@ -586,6 +604,8 @@ def _ensemble_row(
         "grid": scored["grid"],
         "choice": scored["choice"],
         "epochs": None,  # not trained: its members' runs were
+        "best_epoch": None,
+        "budget": None,
         "seq_per_s": None,
         "train_time_s": 0.0,
         "members_train_time_s": sum(r["train_time_s"] for r in members),
@@ -617,6 +637,9 @@ def _summary(spec: ExperimentSpec, rows: list[dict[str, Any]]) -> list[dict[str,
                 "full_ndcg@10": statistics.mean(r["test"]["full"]["ndcg@10"] for r in group),
                 "seq_per_s": _mean([r["seq_per_s"] for r in group]),
                 "epochs": _mean([r["epochs"] for r in group]),
+                "best_epoch": _mean([r.get("best_epoch") for r in group]),
+                "budget": " / ".join(dict.fromkeys(r["budget"] for r in group if r.get("budget")))
+                or None,
                 "train_time_s": sum(r["train_time_s"] for r in group),
                 "cpu_util": min((r["cpu_util"] for r in group if r.get("cpu_util")), default=None),
                 "paper": spec.paper_value(label, spec.metric),
@@ -656,23 +679,27 @@ def _write(spec: ExperimentSpec, rows: list[dict[str, Any]], root: Path, command
         )
         + f"seeds {list(spec.seeds)}; {spec.metric} of the state chosen on validation.",
         "",
-        f"| point | seeds | epochs | training seq/s | CPU use | {spec.metric} "
+        "| point | seeds | budget | epochs | best epoch | training seq/s | CPU use "
+        + f"| {spec.metric} "
         + "".join(f"| {c} (paper) " for c in spec.columns)
         + "| test full NDCG@10 | paper |",
-        "|---|---|---|---|---|---|" + "---|" * len(spec.columns) + "---|---|",
+        "|---|---|---|---|---|---|---|---|" + "---|" * len(spec.columns) + "---|---|",
     ]
     for s in summary:
         std = "" if s["std"] is None else f" ± {s['std']:.4f}"
         paper = "" if s["paper"] is None else f"{s['paper']:.4f}"
         cpu = "" if s["cpu_util"] is None else f"{s['cpu_util']:.2f}"
         epochs = "—" if s["epochs"] is None else f"{s['epochs']:.0f}"
+        # counted from 1: the state after that many epochs
+        chosen = "—" if s.get("best_epoch") is None else f"{s['best_epoch'] + 1:.0f}"
+        budget = s.get("budget") or "—"
         speed = "—" if s["seq_per_s"] is None else f"{s['seq_per_s']:.0f}"
         extra = "".join(
             f"| {v['mean']:.4f}" + ("" if v["paper"] is None else f" ({v['paper']:.4f})") + " "
             for v in s["columns"].values()
         )
         lines.append(
-            f"| {s['label']} | {s['seeds']} | {epochs} | {speed} | {cpu} "
+            f"| {s['label']} | {s['seeds']} | {budget} | {epochs} | {chosen} | {speed} | {cpu} "
             f"| {s['mean']:.4f}{std} {extra}| {s['full_ndcg@10']:.4f} | {paper} |"
         )
     commit = git_commit()
@@ -707,6 +734,10 @@ def _write(spec: ExperimentSpec, rows: list[dict[str, Any]], root: Path, command
             + ".",
         ]
     lines += [
+        "",
+        "Budget: what ended a point's training (its time budget, or its epoch limit where that "
+        "came first); best epoch: the epoch, counted from 1, whose state validation chose (the "
+        "mean over seeds).",
         "",
         "CPU use: the training process's CPU seconds per wall second per thread (the lowest of "
         "a point's seeds); well below 1 means another job shared the cores and the point "
