@@ -573,14 +573,15 @@ def _budget(config: dict[str, Any], metrics: dict[str, Any]) -> str:
     epochs; with what ended it where that came first ("20m, 200 epochs first", "20m, early
     stop")."""
     train = config.get("train", {})
-    n = train.get("max_epochs")
+    n, clock = train.get("max_epochs"), train.get("time_budget")
     epochs = f"{n} epoch{'' if n == 1 else 's'}"
-    stopped = metrics.get("stopped")
-    end = {"early_stopping": "early stop", "max_steps": f"{train.get('max_steps')} steps first"}
-    if train.get("time_budget"):
-        end["max_epochs"] = f"{epochs} first"
-        return train["time_budget"] + (f", {end[stopped]}" if stopped in end else "")
-    return epochs + (f", {end[stopped]}" if stopped in end else "")
+    ends = {
+        "early_stopping": "early stop",
+        "max_steps": f"{train.get('max_steps')} steps first",
+        "max_epochs": f"{epochs} first" if clock else None,  # without a clock: the budget itself
+    }
+    end = ends.get(str(metrics.get("stopped")))
+    return (clock or epochs) + (f", {end}" if end else "")
 
 
 def _ensemble_row(
