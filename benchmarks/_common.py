@@ -24,6 +24,7 @@ RESULTS = Path(__file__).parent / "results"
 # where each script's results go (benchmarks/results/<area>/); INDEX.md lists them all
 SCRIPT_AREA = {
     "baselines_ml1m": "baselines",
+    "candidate_draws": "evaluation",
     "beauty": "evaluation",
     "bert4rec_ml1m": "bert4rec",
     "ce_chunks": "performance",

@@ -259,6 +259,8 @@ def test_points_with_their_own_budgets_extra_columns_and_the_papers_table(
     assert summary["paper"] == 0.25 and summary["columns"]["test.full.mrr"]["paper"] is None
     md = path.with_suffix(".md").read_text()
     assert "| test.pop100.hr@10 (paper) | test.full.mrr (paper) |" in md
+    head = md.splitlines()[2]  # each point's own budget is its row's, not the header's
+    assert head.startswith("Base config") and "budget" not in head and "a point" not in head
     assert f"{metrics['test']['pop100']['hr@10']:.4f}" in md.splitlines()[6]
     assert path.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
 

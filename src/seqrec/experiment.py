@@ -673,10 +673,12 @@ def _write(spec: ExperimentSpec, rows: list[dict[str, Any]], root: Path, command
         f"# {spec.title}",
         "",
         f"Base config `{spec.base}`; "
-        + (
+        + (  # else the budget column says each point's
             f"{spec.epochs} epochs a point (no time budget); "
             if spec.epochs
-            else f"budget per point: {spec.budget or 'the config own'}; "
+            else f"{spec.budget} a point; "
+            if spec.budget and not any(p.budget for p in spec.points)
+            else ""
         )
         + f"seeds {list(spec.seeds)}; {spec.metric} of the state chosen on validation.",
         "",

@@ -1,0 +1,186 @@
+"""How far a sampled protocol's number moves with the candidate draw alone: trained runs
+evaluated again on the test split with other draws of the 100 negatives (`eval.negative_seed`),
+the model fixed. Per run and metric: the number with the run's own draw (the config's seed, 42
+by default), the mean ± sample standard deviation and range over the other draws, and, beside a
+paper's row, how many draws reach it. What it sizes: whether a gap to a paper's number is larger
+than the protocol's own noise (the training seed's share is measured apart, e.g. by
+`gpu_sweep.py --seeds`).
+
+    python benchmarks/candidate_draws.py LABEL=RUN_DIR [LABEL=RUN_DIR ...] [--draws 20]
+        [--table sasrec-table3-ml1m | bert4rec-table2-ml1m | --protocol uni100] [--name NAME]
+
+LABEL names the row, and with --table the paper's row beside it (a model key of the table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from _common import write_results
+from seqrec.checkpoint import RunDir, load_run
+from seqrec.data.prepared import PreparedDataset, prepare
+from seqrec.reference import paper_table
+
+METRICS = ("hr@10", "ndcg@10")
+
+
+def _runs(specs: list[str]) -> list[tuple[str, Path]]:
+    out = []
+    for spec in specs:
+        label, sep, path = spec.partition("=")
+        if not sep or not label or not Path(path).is_dir():
+            raise SystemExit(f"candidate_draws: expected LABEL=RUN_DIR (a directory), got {spec!r}")
+        out.append((label, Path(path)))
+    return out
+
+
+def _summary(values: list[float], own: float, paper: float | None) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "own_draw": own,
+        "mean": statistics.fmean(values),
+        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "min": min(values),
+        "max": max(values),
+        "values": values,
+    }
+    if paper is not None:
+        row["paper"] = paper
+        row["draws_at_or_above_paper"] = sum(v >= paper for v in values)
+    return row
+
+
+def run_draws(
+    run_dir: Path,
+    protocol: str,
+    draws: int,
+    workdir: Path,
+    prepared: dict[tuple[str, str, int], PreparedDataset] | None = None,
+) -> dict[str, Any]:
+    """One run's test `protocol` HR@10 / NDCG@10 with its own candidate draw and with `draws`
+    others (the first seeds from 0 that are not its own): {"own_seed", "draw_seeds", "own":
+    {metric: value}, "values": {metric: [value per draw]}}. `prepared`: datasets already prepared
+    under `workdir`, by (data, data settings, seed), shared between runs of the same file."""
+    prepared = {} if prepared is None else prepared
+    run = load_run(run_dir, device="cpu")
+    cfg = run.config
+    data = str(RunDir(run_dir).source()["data"])
+    own_seed = cfg.eval.negative_seed
+    seeds = [s for s in range(draws + 1) if s != own_seed][:draws]
+    out: dict[str, Any] = {
+        "own_seed": own_seed,
+        "draw_seeds": seeds,
+        "own": {},
+        "values": {m: [] for m in METRICS},
+    }
+    for seed in [own_seed, *seeds]:
+        key = (data, repr(cfg.data), seed)
+        if key not in prepared:
+            prepared[key] = prepare(
+                data,
+                data_cfg=cfg.data,
+                eval_cfg=dataclasses.replace(cfg.eval, negative_seed=seed),
+                out=workdir / f"d{len(prepared)}",
+                progress=False,
+            )
+        ds = prepared[key]
+        if list(ds.item_ids) != list(run.item_ids):
+            raise SystemExit(f"candidate_draws: {run_dir} was trained on other items")
+        report = ds.evaluate(
+            run.model,
+            "test",
+            protocols=[protocol],
+            ks=[10],
+            batch_size=cfg.eval.batch_size,
+            device="cpu",
+        )
+        for m in METRICS:
+            v = float(report.metrics[protocol][m])
+            if seed == own_seed:
+                out["own"][m] = v
+            else:
+                out["values"][m].append(v)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("runs", nargs="+", metavar="LABEL=RUN_DIR")
+    ap.add_argument("--draws", type=int, default=20, help="other candidate draws (seeds 0..N-1)")
+    ap.add_argument("--table", help="a paper table of seqrec.reference: its protocol and rows")
+    ap.add_argument("--protocol", help="uni100 or pop100 (default: the table's)")
+    ap.add_argument("--name", default="candidate_draws", help="results file stem")
+    args = ap.parse_args()
+    if args.draws < 2:
+        raise SystemExit("candidate_draws: --draws must be at least 2 (a standard deviation)")
+    runs = _runs(args.runs)
+    paper = paper_table(args.table) if args.table else {}
+    protocol = args.protocol or (
+        next(iter(next(iter(paper.values())))).split(".")[0] if paper else None
+    )
+    if protocol not in ("uni100", "pop100"):
+        raise SystemExit("candidate_draws: give --table or --protocol uni100|pop100")
+
+    prepared: dict[tuple[str, str, int], PreparedDataset] = {}
+    rows: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, run_dir in runs:
+            got = run_draws(run_dir, protocol, args.draws, Path(tmp), prepared)
+            p = paper.get(label, {})
+            rows[label] = {
+                "run": str(run_dir),
+                "own_seed": got["own_seed"],
+                "draw_seeds": got["draw_seeds"],
+                **{
+                    m: _summary(got["values"][m], got["own"][m], p.get(f"{protocol}.{m}"))
+                    for m in METRICS
+                },
+            }
+            print(label, {m: round(rows[label][m]["mean"], 4) for m in METRICS}, flush=True)
+
+    lines = [
+        f"# The candidate draw's own noise, {protocol} (test split)",
+        "",
+        f"Each trained run evaluated again with {args.draws} other draws of the 100 negatives "
+        "(`eval.negative_seed`), the model fixed: its number with its own draw, then the mean ± "
+        "sample standard deviation and the range over the other draws"
+        + (f", beside the paper's row ({args.table})." if paper else "."),
+        "",
+        "| run | metric | own draw | mean ± std over draws | range | paper | draws ≥ paper |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, r in rows.items():
+        for m in METRICS:
+            s = r[m]
+            paper_cells = (
+                f"{s['paper']:.4f} | {s['draws_at_or_above_paper']} of {args.draws}"
+                if "paper" in s
+                else " | "
+            )
+            lines.append(
+                f"| {label} | {m.upper()} | {s['own_draw']:.4f} (seed {r['own_seed']}) | "
+                f"{s['mean']:.4f} ± {s['std']:.4f} | {s['min']:.4f}–{s['max']:.4f} | "
+                f"{paper_cells} |"
+            )
+    payload = {
+        "protocol": f"leave-one-out test split, {protocol}; the candidate draw varied",
+        "table": args.table,
+        "draws": args.draws,
+        "rows": rows,
+    }
+    write_results(
+        args.name,
+        payload,
+        "\n".join(lines) + "\n",
+        seeds={"candidates": next(iter(rows.values()))["own_seed"]},  # the others: rows
+        runs=[run_dir for _, run_dir in runs],
+    )
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
