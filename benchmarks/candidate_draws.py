@@ -119,11 +119,14 @@ def main() -> None:
         raise SystemExit("candidate_draws: --draws must be at least 2 (a standard deviation)")
     runs = _runs(args.runs)
     paper = paper_table(args.table) if args.table else {}
-    protocol = args.protocol or (
-        next(iter(next(iter(paper.values())))).split(".")[0] if paper else None
-    )
+    table_protocol = next(iter(next(iter(paper.values())))).split(".")[0] if paper else None
+    protocol = args.protocol or table_protocol
     if protocol not in ("uni100", "pop100"):
         raise SystemExit("candidate_draws: give --table or --protocol uni100|pop100")
+    if table_protocol and protocol != table_protocol:
+        raise SystemExit(
+            f"candidate_draws: --table {args.table} reports {table_protocol}, not {protocol}"
+        )
 
     prepared: dict[tuple[str, str, int], PreparedDataset] = {}
     rows: dict[str, dict[str, Any]] = {}
