@@ -24,9 +24,9 @@ RESULTS = Path(__file__).parent / "results"
 # where each script's results go (benchmarks/results/<area>/); INDEX.md lists them all
 SCRIPT_AREA = {
     "baselines_ml1m": "baselines",
-    "candidate_draws": "evaluation",
     "beauty": "evaluation",
     "bert4rec_ml1m": "bert4rec",
+    "candidate_draws": "evaluation",
     "ce_chunks": "performance",
     "distributed": "performance",
     "gpu_check": "performance",

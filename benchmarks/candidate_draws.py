@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from _common import write_results
-from seqrec.checkpoint import RunDir, load_run
+from seqrec.checkpoint import load_run
+from seqrec.cli.common import _source_data
 from seqrec.data.prepared import PreparedDataset, prepare
 from seqrec.reference import paper_table
 
@@ -68,7 +69,7 @@ def run_draws(
     prepared = {} if prepared is None else prepared
     run = load_run(run_dir, device="cpu")
     cfg = run.config
-    data = str(RunDir(run_dir).source()["data"])
+    data = _source_data(run_dir)  # the file the run records, as `seqrec evaluate RUN` reads
     own_seed = cfg.eval.negative_seed
     seeds = [s for s in range(draws + 1) if s != own_seed][:draws]
     out: dict[str, Any] = {
