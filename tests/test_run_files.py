@@ -83,11 +83,11 @@ def test_a_swapped_weight_file_is_refused_digests_are_bound_to_names(
 @pytest.mark.parametrize(
     ("change", "words"),
     [
-        ({"sasrec.n_heads": 0}, ["sasrec.n_heads must be >= 1, got 0"]),
-        ({"sasrec.max_len": -3}, ["sasrec.max_len must be >= 1, got -3"]),
-        ({"sasrec.max_len": 0}, ["sasrec.max_len must be >= 1, got 0"]),
+        ({"sasrec.n_heads": 0}, ["sasrec.n_heads must be in [1, 1024], got 0"]),
+        ({"sasrec.max_len": -3}, ["sasrec.max_len must be in [1, 65536], got -3"]),
+        ({"sasrec.max_len": 0}, ["sasrec.max_len must be in [1, 65536], got 0"]),
         ({"sasrec.dropout": float("nan")}, ["sasrec.dropout must be a finite number"]),
-        ({"train.batch_size": -8}, ["train.batch_size must be >= 1, got -8"]),
+        ({"train.batch_size": -8}, ["train.batch_size must be in [1, 1048576], got -8"]),
         ({"sasrec.n_heads": 3}, ["d_model (16) must be a multiple of n_heads (3)"]),
         ({"sasrec.d_model": "wide"}, ["sasrec.d_model"]),
     ],
@@ -105,8 +105,8 @@ def test_config_values_are_range_checked_on_load(
 def test_a_model_over_the_size_bound_is_refused_before_allocation(
     tiny_runs: dict[str, Path], tmp_path: Path, memory_cap: Callable[[], None]
 ) -> None:
-    """d_model 40,000 describes a 25 GiB model: refused from its meta-device shape in a process
-    capped at 1 GiB over what importing seqrec takes (building it would die there)."""
+    """d_model 40,000 describes a 59.6 GiB model: refused from its numbers (seqrec.sizes) in a
+    process capped at 1 GiB over what importing seqrec takes (building it would die there)."""
     run = _copy(tiny_runs, tmp_path)
     _edit_json(run, "config.json", {"sasrec.d_model": 40_000, "sasrec.n_heads": 1})
     code = "import sys; from seqrec.checkpoint import load_run; load_run(sys.argv[1])"
@@ -119,7 +119,8 @@ def test_a_model_over_the_size_bound_is_refused_before_allocation(
         preexec_fn=memory_cap,
     )
     assert proc.returncode != 0
-    assert "GiB, over the 8.0 GiB bound ($SEQREC_MAX_MODEL_BYTES)" in proc.stderr
+    assert "sasrec asks for 59.6 GiB (its parameters at 60 items)" in proc.stderr
+    assert "over the 8.0 GiB bound; smaller sizes, or $SEQREC_MAX_MODEL_BYTES" in proc.stderr
     assert "MemoryError" not in proc.stderr
 
 

@@ -103,11 +103,12 @@ def test_a_dataset_rule_needs_the_dataset() -> None:
     cfg = _cfg("sasrec", 'train.loss="bce"', 'train.negatives_per="batch"', "train.n_negatives=50")
     assert validate(cfg) == cfg  # without the data, nothing to compare with
     with pytest.raises(ConfigError, match="50 shared negatives per batch, but the data has 30"):
-        validate(cfg, SimpleNamespace(n_items=30))  # type: ignore[arg-type]
+        validate(cfg, SimpleNamespace(n_items=30, n_users=9))  # type: ignore[arg-type]
     popularity = dataclasses.replace(
         cfg, train=dataclasses.replace(cfg.train, negative_sampling="popularity")
     )
-    assert validate(popularity, SimpleNamespace(n_items=30)) == popularity  # type: ignore[arg-type]
+    toy = SimpleNamespace(n_items=30, n_users=9)
+    assert validate(popularity, toy) == popularity  # type: ignore[arg-type]
 
 
 def test_the_negative_sampler_reads_the_config_and_draws_only_absent_items() -> None:

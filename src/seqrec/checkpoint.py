@@ -6,7 +6,6 @@ weights' shapes) before anything is allocated, and builds it.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from seqrec.errors import ConfigError, RunError
 from seqrec.models.base import SequenceModel
 from seqrec.registry import MODELS, entry
 from seqrec.rundir import RunDir
+from seqrec.sizes import check_memory
 
 __all__ = ["MODELS", "Run", "build_model", "load_run", "shape_mismatch"]
 
@@ -40,35 +40,20 @@ class Run:
     source: dict[str, Any]
 
 
-# Parameters and buffers a loaded model may hold: a bound checked on the meta device before
-# anything is allocated ($SEQREC_MAX_MODEL_BYTES overrides it).
-MAX_MODEL_BYTES = 8 << 30
-
-
-def _max_model_bytes() -> int:
-    text = os.environ.get("SEQREC_MAX_MODEL_BYTES")
-    try:
-        return int(text) if text else MAX_MODEL_BYTES
-    except ValueError:
-        raise ConfigError(f"$SEQREC_MAX_MODEL_BYTES={text!r}: expected a number") from None
-
-
 def _shaped_model(cfg: RunConfig, n_items: int, n_users: int, where: Path) -> SequenceModel:
-    """The model `cfg` describes, built on the meta device (no memory), refused in one line
-    when its size is over the bound."""
+    """The model `cfg` describes, built on the meta device (no memory) for its weights' shapes,
+    once its parameters are weighed by formula and found within the bound (seqrec.sizes): one
+    line otherwise."""
+    try:
+        check_memory(cfg, n_items, n_users, where=str(where), training=False)
+    except ConfigError as err:
+        raise RunError(str(err)) from None
     try:
         with torch.device("meta"):
-            model = build_model(cfg, n_items, n_users)
+            return build_model(cfg, n_items, n_users)
     except (ValueError, RuntimeError, TypeError) as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
         raise RunError(f"{where}: its config does not build a model ({first})") from None
-    size = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
-    if size > _max_model_bytes():
-        raise RunError(
-            f"{where}: its config describes a model of {size / 2**30:.1f} GiB, over the "
-            f"{_max_model_bytes() / 2**30:.1f} GiB bound ($SEQREC_MAX_MODEL_BYTES)"
-        )
-    return model
 
 
 def shape_mismatch(state: dict[str, torch.Tensor], model: torch.nn.Module) -> str | None:
@@ -98,7 +83,7 @@ def load_run(
     an unfinished run's checkpoint), in eval mode. Every file is checked against the run's
     manifest first (`trust`: a run without one is loaded unchecked), the config's values against
     their ranges, the model's size against a bound and the weights' shapes against the config,
-    all before the model is allocated."""
+    all before the model is allocated; the weights are held once."""
     run = RunDir(run_dir, trust=trust)
     cfg = run.config()
     vocab = run.vocab()
@@ -107,7 +92,9 @@ def load_run(
     shaped = _shaped_model(cfg, len(item_ids), n_users, run.config_path)
     state, where = run.best_weights()
     _check_state(state, shaped, where)
-    model = build_model(cfg, len(item_ids), n_users)
-    model.load_state_dict(state)
+    # the loaded tensors become the model's (`assign`): the weights are in memory once, not
+    # twice (an initialised model, then the state copied into it)
+    model = shaped
+    model.load_state_dict(state, assign=True)
     model.to(device).eval()
     return Run(run.path, cfg, model, item_ids, run.metrics(), run.source())

@@ -780,17 +780,21 @@ def refit_config(cfg: RunConfig, best_epoch: int) -> RunConfig:
 # A key's valid range wherever it appears (any section): (low, high, low_open, high_open), None
 # for no bound. Checked by `validate` before a run writes anything and when a run directory's
 # config is read back, so that an edited run config is one line, not a crash or an allocation.
+# Sizes have upper bounds too, so that no number builds for minutes or asks for memory before
+# seqrec.sizes can weigh the whole config: widths up to 65,536, layers up to 256, histories up to
+# 65,536 items; the memory a config asks for is bounded by seqrec.sizes.
+_MAX_WIDTH = 65536
 _RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = {
-    "d_model": (1, None, False, False),
-    "n_heads": (1, None, False, False),
-    "n_layers": (0, None, False, False),
-    "max_len": (1, None, False, False),
-    "hidden": (1, None, False, False),
-    "factors": (1, None, False, False),
-    "n_h": (0, None, False, False),
-    "n_v": (0, None, False, False),
-    "window": (1, None, False, False),
-    "max_predictions": (1, None, False, False),
+    "d_model": (1, _MAX_WIDTH, False, False),
+    "n_heads": (1, 1024, False, False),
+    "n_layers": (0, 256, False, False),
+    "max_len": (1, 65536, False, False),
+    "hidden": (1, _MAX_WIDTH, False, False),
+    "factors": (1, _MAX_WIDTH, False, False),
+    "n_h": (0, _MAX_WIDTH, False, False),
+    "n_v": (0, _MAX_WIDTH, False, False),
+    "window": (1, 1024, False, False),
+    "max_predictions": (1, 65536, False, False),
     "bucket_batches": (0, None, False, False),
     "dropout": (0, 1, False, True),
     "attn_dropout": (0, 1, False, True),
@@ -807,16 +811,16 @@ _RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = {
     "max_epochs": (1, None, False, False),
     "max_steps": (0, None, False, False),
     "decay_start": (0, 1, False, True),
-    "batch_size": (1, None, False, False),
+    "batch_size": (1, 1 << 20, False, False),
     "clip_norm": (0, None, False, False),
-    "n_negatives": (0, None, False, False),  # how many a loss needs: checked with the loss
+    "n_negatives": (0, 1 << 24, False, False),  # how many a loss needs: checked with the loss
     "gbce_t": (0, 1, False, False),
     "bpreg": (0, None, False, False),
     "eval_every": (1, None, False, False),
     "checkpoint_every": (1, None, False, False),
-    "prefetch": (0, None, False, False),
+    "prefetch": (0, 256, False, False),
     "patience": (0, None, False, False),
-    "threads": (0, None, False, False),
+    "threads": (0, 4096, False, False),
     "seed": (0, None, False, False),
     "negative_seed": (0, None, False, False),
     "sample_users": (0, None, False, False),
@@ -837,7 +841,8 @@ def _in_range(
             span = f"{'>' if low_open else '>='} {low:g}"
         else:
             lo = "-inf" if low is None else f"{low:g}"
-            span = f"in {'(' if low_open else '['}{lo}, {high:g}{')' if high_open else ']'}"
+            hi = f"{high:d}" if isinstance(high, int) else f"{high:g}"
+            span = f"in {'(' if low_open else '['}{lo}, {hi}{')' if high_open else ']'}"
         raise ConfigError(f"{where} must be {span}, got {value!r}")
 
 

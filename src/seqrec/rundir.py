@@ -40,12 +40,13 @@ import socket
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import polars as pl
 import torch
 
 from seqrec.errors import ConfigError, RunError
+from seqrec.files import bound, checked_open, hash_file, read_checked
 from seqrec.provenance import atomic_write, write_json
 
 if TYPE_CHECKING:
@@ -278,14 +279,17 @@ class RunDir:
     def log(self) -> list[dict[str, Any]]:
         """One dict per epoch logged (none before the first)."""
         path = self.path / LOG
-        if not path.exists():
+        if not path.exists() and not path.is_symlink():
             return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        text = read_checked(path, bound("log"), root=self.path, error=RunError).decode()
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
 
     def code_diff(self) -> str | None:
         """The uncommitted change the run started from, if any."""
         path = self.path / CODE_DIFF
-        return path.read_text() if path.exists() else None
+        if not path.exists() and not path.is_symlink():
+            return None
+        return read_checked(path, bound("log"), root=self.path, error=RunError).decode()
 
     def checkpoint(self) -> dict[str, Any] | None:
         """The last good checkpoint: checkpoint.pt, or, when it is damaged or was being written
@@ -322,7 +326,27 @@ class RunDir:
         return ckpt.get("best_state") or ckpt.get("model"), self.path / CHECKPOINT
 
     def _weights(self, name: str) -> Any:
-        return load_tensors(self.path / name, self._read_verified(name))
+        """A weight file, looked at before it is read (no symlink out of the run, a regular
+        file, no larger than the run's config implies), hashed as it streams and loaded from
+        the same open file: never a second copy in memory."""
+        path = self.path / name
+        limit = self._weights_bound(name)
+        hint = "the bound the run's config implies for it"
+        with checked_open(path, limit, root=self.path, error=RunError, hint=hint) as f:
+            if self._must_verify(name):
+                self._verify(name, hash_file(f))
+            return load_tensors(path, f)
+
+    def _weights_bound(self, name: str) -> int:
+        """The most bytes weight file `name` can hold for this run's config: its parameters as
+        float32 (seqrec.sizes), four times over in a checkpoint (the weights, the best state,
+        the optimiser's two moments), with room for the rest of a checkpoint."""
+        from seqrec.sizes import memory
+
+        vocab = self.vocab()
+        params = memory(self.config(), len(vocab["items"]), int(vocab.get("n_users", 0)))
+        copies = 1 if name == WEIGHTS else 4
+        return copies * params.parameters + params.parameters // 20 + (64 << 20)
 
     def _read_json(self, name: str) -> dict[str, Any]:
         data = self._read_verified(name)
@@ -335,44 +359,55 @@ class RunDir:
         return obj
 
     def _read_verified(self, name: str) -> bytes:
-        """A file's bytes, only if its sha256 is the one the manifest records for its name."""
-        path = self.path / name
+        """A JSON file's bytes, looked at before they are read (seqrec.files: no symlink out of
+        the run, a regular file within its kind's bound), and only if their sha256 is the one
+        the manifest records for the name."""
+        kind = {CONFIG: "config", VOCAB: "vocab", METRICS: "metrics"}[name]
+        data = read_checked(self.path / name, bound(kind), root=self.path, error=RunError)
+        if self._must_verify(name):
+            self._verify(name, hashlib.sha256(data).hexdigest())
+        return data
+
+    def _must_verify(self, name: str) -> bool:
+        """Whether the manifest covers `name`: always, but for a trusted run without a manifest
+        or whose (older) manifest names only the weight files."""
         digests = self._digests(trust=self.trust)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise RunError(f"{path}: missing") from None
         if digests is None:
-            return data
+            return False
         pending: dict[str, str] = digests.get(PENDING) or {}
-        if name not in digests and name not in pending and self.trust:
-            return data  # a run of an older seqrec: its manifest named the weight files only
+        return not (self.trust and name not in digests and name not in pending)
+
+    def _verify(self, name: str, digest: str) -> None:
+        """`digest` must be the sha256 the manifest records (or holds pending) for `name`."""
+        path = self.path / name
+        digests = self._digests(trust=self.trust) or {}
+        pending: dict[str, str] = digests.get(PENDING) or {}
         if name not in digests and name not in pending:
             raise RunError(
                 f"{path}: not recorded in {DIGESTS} (the run was stopped while writing it, and "
                 "--resume writes it again; or it was put there by hand)"
             )
-        if hashlib.sha256(data).hexdigest() not in (digests.get(name), pending.get(name)):
+        if digest not in (digests.get(name), pending.get(name)):
             raise RunError(
                 f"{path}: its sha256 is not one this run recorded for it ({DIGESTS}): "
                 "damaged, truncated, edited or replaced"
             )
-        return data
 
     def _digests(self, *, trust: bool) -> dict[str, Any] | None:
         """The manifest {file name: sha256} (and its pending changes); None when there is none
         and `trust` is set (a RunError otherwise)."""
         path = self.path / DIGESTS
-        if not path.exists():
+        if not path.exists() and not path.is_symlink():
             if trust:
                 return None
             raise RunError(
                 f"{path}: missing, so the run's files cannot be checked; a run made by hand "
                 "loads with --trust"
             )
+        text = read_checked(path, bound("manifest"), root=self.path, error=RunError)
         try:
-            data = json.loads(path.read_text())
-        except (ValueError, OSError):
+            data = json.loads(text)
+        except ValueError:
             raise RunError(
                 f"{path}: damaged (not JSON); the run's files cannot be checked"
             ) from None
@@ -449,13 +484,14 @@ def _digest_map(data: Any) -> bool:
     )
 
 
-def load_tensors(path: Path, data: bytes | None = None) -> Any:
-    """A file written by RunDir (or its bytes, `data`, already read and verified), read with
+def load_tensors(path: Path, data: bytes | IO[bytes] | None = None) -> Any:
+    """A file written by RunDir (or its bytes or open file, `data`, already looked at and
+    verified), read with
     PyTorch's restricted unpickler (`weights_only=True`): tensors, numbers, strings and plain
     containers only. A file that holds anything else (a pickled object whose loading would run
     code) or is damaged is refused with a one-line error naming it; nothing in it runs."""
     try:
-        source: Any = io.BytesIO(data) if data is not None else path
+        source: Any = io.BytesIO(data) if isinstance(data, bytes) else data or path
         return torch.load(source, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise

@@ -6,8 +6,9 @@ end, no early stop on validation targets it trains on), the negatives' rules
 (`NegativeSampler.check`) and the dataset's (no more shared negatives than items), then the
 model entry's own: a model that reads each row as one user's whole sequence (`whole_rows`) takes
 no packed batches, and an entry's `validate` adds what only it knows (NCF scores (user, item)
-pairs, so it trains with a sampled loss per position). Every failure is one ConfigError line,
-so an invalid config leaves nothing on disk.
+pairs, so it trains with a sampled loss per position), and last the memory the training asks
+for (`seqrec.sizes`: parameters, optimiser state, a batch's activations). Every failure is one
+ConfigError line, so an invalid config leaves nothing on disk.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from seqrec.errors import ConfigError
 from seqrec.evaluate import parse_protocols
 from seqrec.metrics import metric_names
 from seqrec.registry import entry
+from seqrec.sizes import check_memory
 
 if TYPE_CHECKING:
     from seqrec.data.prepared import PreparedDataset
@@ -48,6 +50,9 @@ def validate(cfg: RunConfig, ds: PreparedDataset | None = None) -> RunConfig:
         raise ConfigError(f"{cfg.model}: next_item.pack must be false (each row is one user's)")
     if model.validate is not None:
         model.validate(cfg, ds)
+    # the memory it asks for, from the numbers alone (without the data: what its layers ask for)
+    n_items, n_users = (ds.n_items, ds.n_users) if ds is not None else (0, 0)
+    check_memory(cfg, n_items, n_users, training=True)
     return cfg
 
 

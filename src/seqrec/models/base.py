@@ -35,6 +35,7 @@ __all__ = [
     "ModelEntry",
     "Sampler",
     "SequenceModel",
+    "linear",
     "next_item_batches",
     "whole_row_batches",
 ]
@@ -201,6 +202,10 @@ class ModelEntry:
     # models with a per-user term; the others ignore it)
     build: Callable[[int, int, RunConfig], SequenceModel]
     batches: Callable[[RunConfig, PreparedDataset], Sampler]  # its training task
+    # (n_items, n_users, run config) -> how many parameters `build` makes, by a formula (nothing
+    # built): what seqrec.sizes bounds before a model is allocated; the contract test checks it
+    # against the built model
+    parameters: Callable[[int, int, RunConfig], int]
     # where its recipe differs from TrainConfig's defaults (BERT4Rec §4.3)
     train_defaults: Mapping[str, Any] = field(default_factory=dict)
     # reads each row as one user's whole sequence (a GRU, a per-user term): no packed batches
@@ -208,6 +213,11 @@ class ModelEntry:
     # the model's own rules beyond seqrec.validation's (cfg, the dataset or None): a
     # ConfigError line, before anything is built or written
     validate: Callable[[RunConfig, PreparedDataset | None], None] | None = None
+
+
+def linear(n_in: int, n_out: int) -> int:
+    """Parameters of nn.Linear(n_in, n_out): its weights and bias."""
+    return n_in * n_out + n_out
 
 
 def last_positions(x: torch.Tensor, n: int, dim: int = 1) -> torch.Tensor:

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqrec.data.batches import ClozeConfig, ClozeSampler
-from seqrec.models.base import ModelEntry, Sampler, SequenceModel, last_positions
+from seqrec.models.base import ModelEntry, Sampler, SequenceModel, last_positions, linear
 from seqrec.models.dropout import DropoutKind, dropout
 
 if TYPE_CHECKING:
@@ -270,9 +270,19 @@ def _cloze_batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
 
 # the registry entry (seqrec.registry): the architecture and its Cloze task (§3.6); the training
 # recipe is TrainConfig's defaults (§4.3)
+def _parameters(n_items: int, n_users: int, cfg: RunConfig) -> int:
+    """BERT4Rec's parameters by formula: embeddings, layers (attention, FFN, two LNs), head."""
+    c, d = cfg.bert4rec, cfg.bert4rec.d_model
+    layer = linear(d, 3 * d) + linear(d, d) + linear(d, 4 * d) + linear(4 * d, d) + 4 * d
+    head = (linear(d, d) + 2 * d * c.head_norm) if c.head_transform else 0
+    emb = (n_items + 2) * d + c.max_len * d + 2 * d * c.embedding_norm
+    return emb + c.n_layers * layer + head + n_items
+
+
 ENTRY = ModelEntry(
     name="bert4rec",
     sections={"bert4rec": BERT4RecConfig, "cloze": ClozeConfig},
     build=lambda n_items, n_users, cfg: BERT4Rec(n_items, cfg.bert4rec),
+    parameters=_parameters,
     batches=_cloze_batches,
 )

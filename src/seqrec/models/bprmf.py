@@ -15,6 +15,7 @@ out, `SequenceModel.uses_users`), so its ranking is the learned item bias: a pop
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -23,6 +24,9 @@ from seqrec.data.batches import NextItemConfig
 from seqrec.models.base import BASELINE_TRAIN, ModelEntry, SequenceModel, whole_row_batches
 
 __all__ = ["ENTRY", "BPRMF", "BPRMFConfig", "user_rows"]
+
+if TYPE_CHECKING:
+    from seqrec.config import RunConfig
 
 
 @dataclass(frozen=True)
@@ -83,10 +87,16 @@ class BPRMF(SequenceModel):
 
 # Rendle et al. train by SGD on sampled triples; here Adam (seqrec's one optimiser), one uniform
 # negative per positive, ℓ2 as decoupled weight decay
+def _parameters(n_items: int, n_users: int, cfg: RunConfig) -> int:
+    """BPR-MF's parameters by formula: user and item factors, item bias."""
+    return (n_users + 1 + n_items + 1) * cfg.bpr_mf.d_model + n_items
+
+
 ENTRY = ModelEntry(
     name="bpr-mf",
     sections={"bpr_mf": BPRMFConfig, "next_item": NextItemConfig},
     build=lambda n_items, n_users, cfg: BPRMF(n_items, n_users, cfg.bpr_mf),
+    parameters=_parameters,
     batches=whole_row_batches("bpr-mf", "bpr_mf"),
     whole_rows=True,
     train_defaults={

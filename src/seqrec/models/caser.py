@@ -16,6 +16,7 @@ A history of a user the model never saw has no P_u: its user term is left out (z
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -28,11 +29,15 @@ from seqrec.models.base import (
     ModelEntry,
     SequenceModel,
     last_positions,
+    linear,
     whole_row_batches,
 )
 from seqrec.models.bprmf import user_rows
 
 __all__ = ["ENTRY", "Caser", "CaserConfig"]
+
+if TYPE_CHECKING:
+    from seqrec.config import RunConfig
 
 
 @dataclass(frozen=True)
@@ -121,10 +126,21 @@ class Caser(SequenceModel):
 
 # the original code's recipe: Adam, lr 1e-3, ℓ2 1e-6 (here decoupled weight decay), BCE with 3
 # negatives per target
+def _parameters(n_items: int, n_users: int, cfg: RunConfig) -> int:
+    """Caser's parameters by formula: embeddings, the vertical and horizontal filters, the
+    fully-connected layer, output vectors and bias."""
+    c = cfg.caser
+    L, d = c.window, c.d_model
+    convs = c.n_v * L + c.n_v + sum(c.n_h * h * d + c.n_h for h in range(1, L + 1))
+    fc = linear(c.n_v * d + c.n_h * L, d)
+    return (n_items + 1 + n_users + 1) * d + convs + fc + (n_items + 1) * 2 * d + n_items
+
+
 ENTRY = ModelEntry(
     name="caser",
     sections={"caser": CaserConfig, "next_item": NextItemConfig},
     build=lambda n_items, n_users, cfg: Caser(n_items, n_users, cfg.caser),
+    parameters=_parameters,
     batches=whole_row_batches("caser", "caser"),
     whole_rows=True,
     train_defaults={

@@ -14,6 +14,7 @@ left out, so it is scored by the Markov chain from its last item (FMC).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -29,6 +30,9 @@ from seqrec.models.base import (
 from seqrec.models.bprmf import user_rows
 
 __all__ = ["ENTRY", "FPMC", "FPMCConfig"]
+
+if TYPE_CHECKING:
+    from seqrec.config import RunConfig
 
 
 @dataclass(frozen=True)
@@ -91,10 +95,18 @@ class FPMC(SequenceModel):
 
 # Rendle et al. learn by SGD on sampled quadruples with ℓ2; here Adam (seqrec's one optimiser),
 # one uniform negative per transition, ℓ2 as decoupled weight decay
+def _parameters(n_items: int, n_users: int, cfg: RunConfig) -> int:
+    """FPMC's parameters by formula: the Markov-chain pair, and the MF pair with user_term."""
+    d = cfg.fpmc.d_model
+    mf = (n_users + 1 + n_items + 1) * d if cfg.fpmc.user_term else 0
+    return 2 * (n_items + 1) * d + mf
+
+
 ENTRY = ModelEntry(
     name="fpmc",
     sections={"fpmc": FPMCConfig, "next_item": NextItemConfig},
     build=lambda n_items, n_users, cfg: FPMC(n_items, n_users, cfg.fpmc),
+    parameters=_parameters,
     batches=whole_row_batches("fpmc", "fpmc"),
     whole_rows=True,
     train_defaults={

@@ -18,6 +18,7 @@ the same loss; what differs is the gradient's truncation and the negative distri
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -33,6 +34,9 @@ from seqrec.models.base import (
 )
 
 __all__ = ["ENTRY", "GRU4Rec", "GRU4RecConfig"]
+
+if TYPE_CHECKING:
+    from seqrec.config import RunConfig
 
 
 @dataclass(frozen=True)
@@ -106,10 +110,19 @@ class GRU4Rec(SequenceModel):
 # the registry entry: GRU4Rec+'s recipe where it differs from TrainConfig's (BERT4Rec's): Adagrad
 # in the papers, Adam here (seqrec's one optimiser), lr 1e-3, no weight decay, BPR-max with 64
 # sampled negatives (GRU4Rec+ §4: BPR-max with additional negative samples)
+def _parameters(n_items: int, n_users: int, cfg: RunConfig) -> int:
+    """GRU4Rec's parameters by formula: embedding, the GRU's layers, output vectors and bias."""
+    c = cfg.gru4rec
+    h = c.hidden
+    gru = sum(3 * h * ((c.d_model if i == 0 else h) + h) + 6 * h for i in range(c.n_layers))
+    return (n_items + 1) * c.d_model + gru + (n_items + 1) * h + n_items
+
+
 ENTRY = ModelEntry(
     name="gru4rec",
     sections={"gru4rec": GRU4RecConfig, "next_item": NextItemConfig},
     build=lambda n_items, n_users, cfg: GRU4Rec(n_items, cfg.gru4rec),
+    parameters=_parameters,
     batches=whole_row_batches("gru4rec", "gru4rec"),
     whole_rows=True,
     train_defaults={

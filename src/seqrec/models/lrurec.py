@@ -35,6 +35,7 @@ from seqrec.models.base import (
     Sampler,
     SequenceModel,
     last_positions,
+    linear,
     next_item_batches,
 )
 from seqrec.models.dropout import DropoutKind, dropout
@@ -249,10 +250,19 @@ def _batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
     return next_item_batches(cfg, ds, cfg.lrurec.max_len)
 
 
+def _parameters(n_items: int, n_users: int, cfg: RunConfig) -> int:
+    """LRURec's parameters by formula: embedding, blocks (LRU of 2d states, FFN), bias."""
+    d = cfg.lrurec.d_model
+    lru = 3 * 2 * d + linear(d, 4 * d) + linear(4 * d, d) + 2 * d
+    ffn = linear(d, 4 * d) + linear(4 * d, d) + 2 * d
+    return (n_items + 1) * d + 2 * d + cfg.lrurec.n_layers * (lru + ffn) + n_items + 1
+
+
 ENTRY = ModelEntry(
     name="lrurec",
     sections={"lrurec": LRURecConfig, "next_item": NextItemConfig},
     build=lambda n_items, n_users, cfg: LRURec(n_items, cfg.lrurec),
+    parameters=_parameters,
     batches=_batches,
     # the authors' trainer: AdamW at 1e-3, weight decay 0.01 (not on biases and LayerNorms),
     # eps 1e-9, gradients clipped at norm 5, batch 128, no schedule, full cross-entropy

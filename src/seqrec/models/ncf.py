@@ -25,7 +25,7 @@ from torch import nn
 
 from seqrec.data.batches import NextItemConfig
 from seqrec.errors import ConfigError
-from seqrec.models.base import BASELINE_TRAIN, ModelEntry, SequenceModel, whole_row_batches
+from seqrec.models.base import BASELINE_TRAIN, ModelEntry, SequenceModel, linear, whole_row_batches
 from seqrec.models.bprmf import user_rows
 
 if TYPE_CHECKING:
@@ -148,10 +148,19 @@ def _validate(cfg: RunConfig, ds: PreparedDataset | None) -> None:
 
 
 # NCF §4.1: Adam, the log loss with 4 negatives per positive, lr from {0.0001 .. 0.01}
+def _parameters(n_items: int, n_users: int, cfg: RunConfig) -> int:
+    """NCF's parameters by formula: GMF and MLP embeddings, the halving tower, the predictor."""
+    f, layers = cfg.ncf.factors, cfg.ncf.n_layers
+    d_mlp = f * 2 ** (layers - 1)
+    tower = sum(linear(2 * d_mlp >> i, 2 * d_mlp >> (i + 1)) for i in range(layers))
+    return (n_users + 1 + n_items + 1) * (f + d_mlp) + tower + linear(2 * f, 1)
+
+
 ENTRY = ModelEntry(
     name="ncf",
     sections={"ncf": NCFConfig, "next_item": NextItemConfig},
     build=lambda n_items, n_users, cfg: NCF(n_items, n_users, cfg.ncf),
+    parameters=_parameters,
     batches=whole_row_batches("ncf", "ncf"),
     whole_rows=True,
     validate=_validate,

@@ -30,6 +30,7 @@ from seqrec.models.base import (
     Sampler,
     SequenceModel,
     last_positions,
+    linear,
     next_item_batches,
 )
 from seqrec.models.dropout import DropoutKind, dropout
@@ -253,10 +254,19 @@ def _next_item_batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
 # and its recipe where it differs from TrainConfig's (BERT4Rec's) defaults: §IV-C and the
 # original code: Adam, lr 1e-3, β2 0.98 (eps 1e-8, TensorFlow's), no weight decay, a constant
 # learning rate, no clipping, batch 128, BCE with 1 negative
+def _parameters(n_items: int, n_users: int, cfg: RunConfig) -> int:
+    """SASRec's parameters by formula: embeddings, blocks of LN, W^Q, W^K|V, LN, FFN."""
+    c, d = cfg.sasrec, cfg.sasrec.d_model
+    block = 2 * d + linear(d, d) + linear(d, 2 * d) + 2 * d + 2 * linear(d, d)
+    out = 0 if c.shared_embedding else (n_items + 1) * d
+    return (n_items + 1) * d + c.max_len * d + c.n_layers * block + 2 * d * c.final_norm + out
+
+
 ENTRY = ModelEntry(
     name="sasrec",
     sections={"sasrec": SASRecConfig, "next_item": NextItemConfig},
     build=lambda n_items, n_users, cfg: SASRec(n_items, cfg.sasrec),
+    parameters=_parameters,
     batches=_next_item_batches,
     train_defaults={
         **BASELINE_TRAIN,  # Adam at 1e-3, batch 128, no schedule (§IV-C)

@@ -18,6 +18,7 @@ alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -33,6 +34,9 @@ from seqrec.models.base import (
 from seqrec.models.bprmf import user_rows
 
 __all__ = ["ENTRY", "TransRec", "TransRecConfig"]
+
+if TYPE_CHECKING:
+    from seqrec.config import RunConfig
 
 
 @dataclass(frozen=True)
@@ -90,10 +94,17 @@ class TransRec(SequenceModel):
 
 
 # He et al. learn by SGD with ℓ2; SASRec's runs used Adam, as here (ℓ2 as decoupled weight decay)
+def _parameters(n_items: int, n_users: int, cfg: RunConfig) -> int:
+    """TransRec's parameters by formula: item and user vectors, the global translation, bias."""
+    d = cfg.transrec.d_model
+    return (n_items + 1 + n_users + 1) * d + d + n_items
+
+
 ENTRY = ModelEntry(
     name="transrec",
     sections={"transrec": TransRecConfig, "next_item": NextItemConfig},
     build=lambda n_items, n_users, cfg: TransRec(n_items, n_users, cfg.transrec),
+    parameters=_parameters,
     batches=whole_row_batches("transrec", "transrec"),
     whole_rows=True,
     train_defaults={

@@ -1,0 +1,163 @@
+"""Look before reading: every file seqrec loads (run files, prepared datasets, configs, specs,
+items tables) is `lstat`-ed first and refused in one line, before a byte is read, when it is a
+symlink that leaves its directory, not a regular file (a device, a FIFO, a socket, a directory),
+or larger than the bound for its kind. What passes is opened once, checked again on the open
+descriptor (a file swapped in between is caught), and read from that descriptor only.
+
+The bounds (bytes; each `SEQREC_MAX_<KIND>_BYTES` in the environment replaces its default):
+
+    config      1 MiB     config.json, TOML configs and experiment specs, a prepared manifest
+    manifest    1 MiB     sha256.json
+    metrics     64 MiB    metrics.json, stats.json
+    vocab       2 GiB     vocab.json (10^7 string ids fit several times over)
+    log         256 MiB   log.jsonl, code.diff
+    items       1 GiB     an items file read for titles
+
+Weight files have no fixed bound: `seqrec.rundir` gives the one the run's config implies
+(`seqrec.sizes`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+from seqrec.errors import ConfigError, SeqrecError
+
+__all__ = ["BOUNDS", "bound", "checked_open", "hash_file", "read_checked", "size_checked"]
+
+BOUNDS: dict[str, int] = {
+    "config": 1 << 20,
+    "manifest": 1 << 20,
+    "metrics": 64 << 20,
+    "vocab": 2 << 30,
+    "log": 256 << 20,
+    "items": 1 << 30,
+}
+_CHUNK = 1 << 20
+
+
+def bound(kind: str) -> int:
+    """The size bound of files of `kind` (BOUNDS), or $SEQREC_MAX_<KIND>_BYTES."""
+    name = f"SEQREC_MAX_{kind.upper()}_BYTES"
+    text = os.environ.get(name)
+    if not text:
+        return BOUNDS[kind]
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(f"${name}={text!r}: expected a number of bytes") from None
+    if value < 1:
+        raise ConfigError(f"${name}={text!r}: expected a positive number of bytes")
+    return value
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB" if n >= 1 << 20 else f"{n:,} bytes"
+
+
+def size_checked(
+    path: Path,
+    limit: int,
+    *,
+    root: Path | None = None,
+    error: type[SeqrecError] = ConfigError,
+    hint: str = "",
+) -> Path:
+    """The path to open for `path`, after an `lstat`: a regular file of at most `limit` bytes, or
+    a symlink to one inside `root` (the directory it belongs to; no symlink at all when None is
+    given and `root` is the file's own folder). One `error` line naming the file otherwise;
+    nothing is read. `hint` ends the size line (which setting raises the bound)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise error(f"{path}: missing") from None
+    except OSError as err:
+        raise error(f"{path}: cannot be read ({err.strerror})") from None
+    target = path
+    if stat.S_ISLNK(st.st_mode):
+        inside = (root or path.parent).resolve()
+        try:
+            target = path.resolve(strict=True)
+        except (OSError, RuntimeError):
+            raise error(f"{path}: a symlink to nothing readable; expected a file") from None
+        if not target.is_relative_to(inside):
+            raise error(
+                f"{path}: a symlink out of {inside} (to {target}); expected a file of its own"
+            )
+        st = os.stat(target)
+    if stat.S_ISDIR(st.st_mode):
+        raise error(f"{path}: is a directory, expected a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise error(f"{path}: not a regular file (a device, FIFO or socket); expected a file")
+    if st.st_size > limit:
+        raise error(
+            f"{path}: {_mib(st.st_size)}, over the {_mib(limit)} bound for this file"
+            + (f" ({hint})" if hint else "")
+        )
+    return target
+
+
+@contextmanager
+def checked_open(
+    path: Path,
+    limit: int,
+    *,
+    root: Path | None = None,
+    error: type[SeqrecError] = ConfigError,
+    hint: str = "",
+) -> Iterator[IO[bytes]]:
+    """`path` opened for reading after `size_checked`, and checked again on the descriptor (a
+    file swapped for another between the look and the open is refused the same way)."""
+    target = size_checked(path, limit, root=root, error=error, hint=hint)
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as err:
+        raise error(f"{path}: cannot be read ({err.strerror})") from None
+    f = os.fdopen(fd, "rb")
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"{path}: not a regular file (a device, FIFO or socket); expected a file")
+        if st.st_size > limit:
+            raise error(f"{path}: {_mib(st.st_size)}, over the {_mib(limit)} bound for this file")
+        os.set_blocking(fd, True)
+        yield f
+    finally:
+        f.close()
+
+
+def read_checked(
+    path: Path,
+    limit: int,
+    *,
+    root: Path | None = None,
+    error: type[SeqrecError] = ConfigError,
+    hint: str = "",
+) -> bytes:
+    """The bytes of `path`, looked at first (`checked_open`); never more than `limit` of them,
+    even when the file grows while it is read."""
+    chunks, total = [], 0
+    with checked_open(path, limit, root=root, error=error, hint=hint) as f:
+        while chunk := f.read(_CHUNK):  # in chunks: a read of `limit` bytes would reserve them
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise error(f"{path}: grew over the {_mib(limit)} bound for this file while read")
+    return b"".join(chunks)
+
+
+def hash_file(f: IO[bytes]) -> str:
+    """The sha256 of an open file from its current position to its end, read in 1 MiB chunks
+    (never whole in memory); the position is put back where it was."""
+    start = f.tell()
+    h = hashlib.sha256()
+    while chunk := f.read(_CHUNK):
+        h.update(chunk)
+    f.seek(start)
+    return h.hexdigest()

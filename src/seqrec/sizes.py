@@ -1,0 +1,104 @@
+"""How much memory a config asks for, from its numbers alone: nothing is built, not even on the
+meta device. Each model's registry entry counts its parameters with a formula
+(`ModelEntry.parameters`, checked against the built model by tests/test_model_contract.py);
+this module adds what training holds beside them and refuses, in one line, a config over the
+bound before anything is allocated (training, loading a run, experiment specs, estimators).
+
+    parameters   every weight, float32
+    training     the parameters' gradients and the optimiser's two moments (Adam): 3x more
+    activations  one batch's hidden states kept for the backward pass, per layer, and the
+                 attention weights of the attention models (B x heads x L x L per layer)
+
+The bound is 8 GiB (`SEQREC_MAX_MODEL_BYTES` replaces it): loading a run checks the parameters
+against it, training checks all three together.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from seqrec.errors import ConfigError
+
+if TYPE_CHECKING:
+    from seqrec.config import RunConfig
+
+__all__ = ["MAX_ITEMS", "MAX_MODEL_BYTES", "Memory", "check_memory", "max_model_bytes", "memory"]
+
+MAX_MODEL_BYTES = 8 << 30
+# internal item ids are int32 in batches and prepared files (with PAD and BERT4Rec's MASK)
+MAX_ITEMS = 2**31 - 3
+_FLOAT = 4  # bytes: weights and activations are float32 (a lower precision only shrinks them)
+_SAVED_PER_LAYER = 16  # hidden-sized tensors a layer keeps for its backward pass (generous)
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Bytes a config asks for (module docstring)."""
+
+    parameters: int
+    training: int
+    activations: int
+
+    @property
+    def total(self) -> int:
+        return self.parameters + self.training + self.activations
+
+
+def max_model_bytes() -> int:
+    """The bound: 8 GiB, or $SEQREC_MAX_MODEL_BYTES."""
+    text = os.environ.get("SEQREC_MAX_MODEL_BYTES")
+    try:
+        value = int(text) if text else MAX_MODEL_BYTES
+    except ValueError:
+        raise ConfigError(f"$SEQREC_MAX_MODEL_BYTES={text!r}: expected a number") from None
+    if value < 1:
+        raise ConfigError(f"$SEQREC_MAX_MODEL_BYTES={text!r}: expected a positive number")
+    return value
+
+
+def memory(cfg: RunConfig, n_items: int, n_users: int = 0) -> Memory:
+    """What `cfg`'s model over `n_items` items (and `n_users` users, for the models with a
+    per-user term) asks for (module docstring); a formula, nothing is built."""
+    from seqrec.registry import entry
+
+    params = entry(cfg.model).parameters(n_items, n_users, cfg) * _FLOAT
+    section = cfg.sections[0][1] if cfg.sections else None
+    length = int(getattr(section, "max_len", 1))
+    width = max(int(getattr(section, key, 0) or 0) for key in ("d_model", "hidden", "factors", "_"))
+    layers = int(getattr(section, "n_layers", 1) or 0) + 1  # and the embedding layer
+    heads = getattr(section, "n_heads", None)
+    rows = cfg.train.batch_size * length  # positions in one batch
+    acts = rows * width * layers * _SAVED_PER_LAYER * _FLOAT
+    if isinstance(heads, int):  # attention weights: (B, h, L, L) a layer, and their dropout mask
+        acts += 2 * cfg.train.batch_size * heads * length * length * (layers - 1) * _FLOAT
+    return Memory(params, 3 * params, acts)
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:,.1f} GiB" if n >= 1 << 28 else f"{n / 2**20:,.1f} MiB"
+
+
+def check_memory(
+    cfg: RunConfig, n_items: int, n_users: int = 0, *, where: str = "config", training: bool
+) -> Memory:
+    """`memory(...)`, or one ConfigError line when it is over the bound: the parameters alone for
+    a model loaded to score (`training` False), all three for a training."""
+    if n_items > MAX_ITEMS:
+        raise ConfigError(f"{where}: {n_items:,} items, over the {MAX_ITEMS:,} seqrec can index")
+    mem = memory(cfg, n_items, n_users)
+    asked = mem.total if training else mem.parameters
+    limit = max_model_bytes()
+    if asked > limit:
+        parts = (
+            f"parameters {_gib(mem.parameters)}, gradients and optimiser {_gib(mem.training)}, "
+            f"activations of a batch {_gib(mem.activations)}"
+            if training
+            else f"its parameters at {n_items:,} items"
+        )
+        raise ConfigError(
+            f"{where}: {cfg.model} asks for {_gib(asked)} ({parts}), over the {_gib(limit)} "
+            "bound; smaller sizes, or $SEQREC_MAX_MODEL_BYTES set higher"
+        )
+    return mem
