@@ -72,6 +72,37 @@ def trained(
     return model, fit(toy, _config(model), out, progress=False)
 
 
+# Each model's options that change which layers it builds (a model not named: its defaults)
+VARIANTS: dict[str, list[list[str]]] = {
+    "sasrec": [
+        ["sasrec.shared_embedding=false", "sasrec.final_norm=false", "sasrec.n_layers=3"],
+        ["sasrec.n_heads=2", "sasrec.d_model=24", 'sasrec.block="paper"'],
+    ],
+    "bert4rec": [
+        ["bert4rec.head_transform=false", "bert4rec.n_layers=1"],
+        ["bert4rec.embedding_norm=false", "bert4rec.head_norm=false", "bert4rec.n_heads=4"],
+    ],
+    "lrurec": [["lrurec.n_layers=3", "lrurec.d_model=8"]],
+    "gru4rec": [["gru4rec.n_layers=3", "gru4rec.hidden=7"]],
+    "ncf": [["ncf.n_layers=1"], ["ncf.n_layers=4", "ncf.factors=6"]],
+    "fpmc": [["fpmc.user_term=false"]],
+    "caser": [["caser.window=3", "caser.n_h=5", "caser.n_v=2"]],
+}
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_the_parameter_formula_counts_what_the_model_builds(model: str) -> None:
+    """seqrec.sizes weighs a config by its entry's formula before anything is built: the
+    formula must count every parameter and buffer the built model holds."""
+    for sets in [[], *VARIANTS.get(model, [])]:
+        cfg = _config(model, *sets)
+        for n_items, n_users in [(30, 11), (1, 0), (1000, 500)]:
+            with torch.device("meta"):
+                net = build_model(cfg, n_items, n_users)
+            built = sum(t.numel() for t in (*net.parameters(), *net.buffers()))
+            assert MODELS[model].parameters(n_items, n_users, cfg) == built, (sets, n_items)
+
+
 def test_scores_have_the_catalogue_shape_and_a_padding_column(toy: PreparedDataset) -> None:
     for model in MODELS:
         torch.manual_seed(0)
