@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from seqrec import results
+from seqrec.files import check_name
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -59,7 +60,7 @@ def results_stem(name: str, area: str | None = None) -> Path:
     area = area or SCRIPT_AREA.get(Path(sys.argv[0]).stem)
     if not area:
         raise ValueError(f"no results area for {sys.argv[0]}: pass area=")
-    return RESULTS / area / name
+    return RESULTS / area / check_name(name, "--name")
 
 
 def write_results(

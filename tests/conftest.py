@@ -3,7 +3,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -127,3 +127,29 @@ def memory_cap() -> Callable[[], None]:
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
     return preexec
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Callable[[int], Path]]:
+    """A folder on a tmpfs of the given size in bytes (as root: `mount -t tmpfs`), for the
+    full-disk tests; skipped, with its reason, where mounting is not permitted."""
+    import subprocess
+
+    mounted: list[Path] = []
+
+    def make(size: int) -> Path:
+        where = tmp_path / f"disk{len(mounted)}"
+        where.mkdir()
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            pytest.skip(f"a small disk needs mount -t tmpfs: {done.stderr.strip()[:200]}")
+        mounted.append(where)
+        return where
+
+    yield make
+    for where in mounted:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)

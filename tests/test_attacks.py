@@ -159,9 +159,7 @@ def test_a_grown_manifest_or_config_is_refused_from_its_size(
 
 
 @pytest.mark.slow
-def test_weights_are_held_once_when_loaded(
-    tmp_path: Path, memory_cap: Callable[[], None]
-) -> None:
+def test_weights_are_held_once_when_loaded(tmp_path: Path, memory_cap: Callable[[], None]) -> None:
     """A run whose weights take 400 MB loads in a process capped at 1 GiB over an import of
     seqrec: read whole, hashed and then copied into a built model they took three times that."""
     import torch
@@ -275,4 +273,3 @@ def test_train_with_a_100_million_wide_model_is_one_line_under_a_memory_cap(
         assert proc.returncode != 0
         _one_line(proc.stderr, words)
         assert not out.exists()
-

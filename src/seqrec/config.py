@@ -19,6 +19,7 @@ from typing import Any, Literal, TypeVar
 from seqrec.data.settings import DataConfig, EvalConfig
 from seqrec.data.split import TrainOn
 from seqrec.errors import ConfigError
+from seqrec.files import bound, read_checked
 
 __all__ = [
     "DataConfig",
@@ -542,11 +543,11 @@ def _layered(
     layer: dict[str, Any] = {}
     if path is not None:
         p = resolve_config(path)
+        if not p.exists() and not p.is_symlink():
+            raise ConfigError(f"{p}: config file not found")
         try:
-            layer = tomllib.loads(p.read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"{p}: config file not found") from None
-        except tomllib.TOMLDecodeError as e:
+            layer = tomllib.loads(read_checked(p, bound("config")).decode())
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise ConfigError(f"{p}: not valid TOML ({e})") from None
     for text in overrides:
         keys, value = parse_override(text)

@@ -61,6 +61,7 @@ from typing import Any
 from seqrec.config import RunConfig, load_config, parse_override
 from seqrec.data.prepared import PreparedDataset, prepare
 from seqrec.errors import ConfigError
+from seqrec.files import bound, check_name, read_checked
 from seqrec.provenance import atomic_write, git_commit
 from seqrec.reference import paper_table
 from seqrec.results import write_results
@@ -212,7 +213,7 @@ def load_spec(path: str | Path) -> ExperimentSpec:
     paper = _paper(p, raw, metric)
     budget, epochs = _schedule(p, raw, points)
     spec = ExperimentSpec(
-        name=p.stem,
+        name=check_name(p.stem, f"{p}: the spec name"),
         title=str(raw.get("title", p.stem)),
         base=base,
         points=tuple(points),
@@ -259,12 +260,12 @@ def _read_spec(path: str | Path) -> tuple[Path, dict[str, Any]]:
     p = Path(path)
     if not p.exists() and (SPEC_DIR / f"{p.name.removesuffix('.toml')}.toml").exists():
         p = SPEC_DIR / f"{p.name.removesuffix('.toml')}.toml"
-    try:
-        raw = tomllib.loads(p.read_text())
-    except FileNotFoundError:
+    if not p.exists() and not p.is_symlink():
         raise ConfigError(
             f"{p}: no such spec file, and not a shipped one ({', '.join(spec_names())})"
-        ) from None
+        )
+    try:
+        raw = tomllib.loads(read_checked(p, bound("config")).decode())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"{p}: not valid TOML ({e})") from None
     unknown = sorted(set(raw) - _KEYS)

@@ -12,6 +12,7 @@ The bounds (bytes; each `SEQREC_MAX_<KIND>_BYTES` in the environment replaces it
     vocab       2 GiB     vocab.json (10^7 string ids fit several times over)
     log         256 MiB   log.jsonl, code.diff
     items       1 GiB     an items file read for titles
+    prepared    16 GiB    a prepared dataset's sequences.parquet and negatives.npz
 
 Weight files have no fixed bound: `seqrec.rundir` gives the one the run's config implies
 (`seqrec.sizes`).
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,7 +31,16 @@ from typing import IO
 
 from seqrec.errors import ConfigError, SeqrecError
 
-__all__ = ["BOUNDS", "bound", "checked_open", "hash_file", "read_checked", "size_checked"]
+__all__ = [
+    "BOUNDS",
+    "bound",
+    "check_name",
+    "checked_open",
+    "hash_file",
+    "read_checked",
+    "size_checked",
+    "write_failed",
+]
 
 BOUNDS: dict[str, int] = {
     "config": 1 << 20,
@@ -38,6 +49,7 @@ BOUNDS: dict[str, int] = {
     "vocab": 2 << 30,
     "log": 256 << 20,
     "items": 1 << 30,
+    "prepared": 16 << 30,
 }
 _CHUNK = 1 << 20
 
@@ -161,3 +173,36 @@ def hash_file(f: IO[bytes]) -> str:
         h.update(chunk)
     f.seek(start)
     return h.hexdigest()
+
+
+def write_failed(err: BaseException, path: Path) -> OSError:
+    """A failed write (an OSError, or a library's error wrapping one, such as polars' "IO error:
+    No space left on device (os error 28)") as one OSError line naming `path`, the file or
+    folder being written: `raise write_failed(err, out) from None`."""
+    if isinstance(err, OSError) and err.errno is not None:
+        return OSError(err.errno, err.strerror or os.strerror(err.errno), str(path))
+    found = re.search(r"os error (\d+)", str(err))
+    if found:
+        code = int(found.group(1))
+        return OSError(code, os.strerror(code), str(path))
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+    return OSError(f"{path}: could not be written ({first})")
+
+
+def check_name(name: str, what: str) -> str:
+    """`name` if it can name a file or folder on its own: not empty, at most 200 characters, no
+    path separator or control character, not starting with a dot (so never `.` or `..`).
+    One ConfigError line naming `what` (e.g. "spec name") otherwise, before a path is built."""
+    bad = (
+        not name
+        or len(name) > 200
+        or name.startswith(".")
+        or any(c in name for c in "/\\")
+        or any(ord(c) < 32 or ord(c) == 127 for c in name)
+    )
+    if bad:
+        raise ConfigError(
+            f"{what} {name[:80]!r} cannot name a file: expected a name without a path "
+            "separator or control character, not starting with a dot"
+        )
+    return name

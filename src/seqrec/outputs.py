@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Literal
 
 from seqrec.errors import ConfigError
+from seqrec.files import bound, read_checked
 from seqrec.rundir import RUN_FILES, RUN_MARKER, RUN_OUTPUTS
 
 __all__ = ["PREPARED_FILES", "check_out_dir", "check_out_file", "dir_kind"]
@@ -41,7 +42,7 @@ def _is_marker(path: Path, kind: Kind) -> bool:
     if kind == "run":
         return path.is_file()
     try:  # a prepared dataset's manifest records the key it was prepared under
-        return isinstance(json.loads(path.read_text()).get("key"), dict)
+        return isinstance(json.loads(read_checked(path, bound("config"))).get("key"), dict)
     except (OSError, ValueError, AttributeError):
         return False
 

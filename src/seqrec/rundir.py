@@ -121,12 +121,18 @@ class RunDir:
 
     def start(self, config: dict[str, Any], vocab: dict[str, Any], code_diff: str | None) -> None:
         """A new run's first files: its config (with `source`), its vocab and, when the code
-        had uncommitted changes, that diff."""
+        had uncommitted changes, that diff. A start that fails (a full disk) takes back what it
+        wrote: the directory is left as a run that never started."""
         self.path.mkdir(parents=True, exist_ok=True)
-        self._write_json(CONFIG, config)
-        self._write_json(VOCAB, vocab)
-        if code_diff:  # the run's numbers stay traceable to its uncommitted code
-            atomic_write(self.path / CODE_DIFF, lambda f: f.write(code_diff.encode()))
+        try:
+            self._write_json(CONFIG, config)
+            self._write_json(VOCAB, vocab)
+            if code_diff:  # the run's numbers stay traceable to its uncommitted code
+                atomic_write(self.path / CODE_DIFF, lambda f: f.write(code_diff.encode()))
+        except BaseException:
+            for name in (CONFIG, VOCAB, CODE_DIFF, DIGESTS):
+                (self.path / name).unlink(missing_ok=True)
+            raise
 
     def save_checkpoint(self, state: dict[str, Any]) -> None:
         """The last finished epoch; the one before becomes `checkpoint.prev.pt`."""
@@ -431,7 +437,13 @@ class RunDir:
         time (a holder that did not flock) is refused; a reused pid is not taken for it."""
         created = not self.path.exists()
         path = self.path / LOCK
-        fd = _take_lock(self.path, path, break_lock)
+        try:
+            fd = _take_lock(self.path, path, break_lock)
+        except BaseException:
+            if created:  # a lock not taken leaves no directory it made
+                with contextlib.suppress(OSError):
+                    self.path.rmdir()
+            raise
         self._remove_leftovers()
         try:
             yield
@@ -535,8 +547,13 @@ def _take_lock(run_dir: Path, path: Path, break_lock: bool) -> int:
                 else ""
             )
             raise RunError(f"{run_dir}: {_held(owner)}{hint}")
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, me.encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, me.encode(), 0)
+        except OSError as err:  # a full disk: the lock file is not left behind
+            path.unlink(missing_ok=True)
+            os.close(fd)
+            raise RunError(f"{path}: could not be written ({err.strerror or err})") from None
         return fd
     raise RunError(f"{run_dir}: could not take the lock {path}")
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import polars as pl
 
-from seqrec.data.io import INTERACTION_COLUMNS
+from seqrec.data.io import INTERACTION_COLUMNS, check_column_types
 from seqrec.errors import DataError
 
 __all__ = ["frame_fingerprint", "interactions_from_frame", "is_frame"]
@@ -59,6 +59,7 @@ def interactions_from_frame(
             "(user_col=, item_col=, time_col= name them)"
         )
     df = _to_polars(data, list(dict.fromkeys(wanted)))
+    check_column_types(df.schema, [user_col, item_col], time_col, "DataFrame")
     if df.height == 0:
         raise DataError("DataFrame: no rows, expected interactions")
     user, item = _ids(df, user_col), _ids(df, item_col)

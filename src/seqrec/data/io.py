@@ -22,7 +22,7 @@ import os
 import re
 import stat
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, fields
 from datetime import date
@@ -39,6 +39,7 @@ __all__ = [
     "FORMATS",
     "INTERACTION_COLUMNS",
     "ReadLimits",
+    "check_column_types",
     "detect_format",
     "read_amazon_csv",
     "read_amazon_json",
@@ -110,6 +111,37 @@ def _shown(value: object, width: int = 60) -> str:
     """A field's value for an error line: its repr, cut to `width` characters."""
     text = repr(value)
     return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def check_column_types(
+    schema: Mapping[str, pl.DataType],
+    ids: Sequence[str],
+    time_col: str | None,
+    where: str | Path,
+) -> None:
+    """Each column's type, from a table's schema before a value is read: ids are integers or
+    text (a categorical too), a time is a datetime, a date, a number or text. Anything else (a
+    list, array or struct column, floats or booleans as ids) is one DataError line naming the
+    column and its type."""
+    for name in ids:
+        dtype = schema[name]
+        if not (dtype.is_integer() or dtype == pl.String or isinstance(dtype, _CATEGORIES)):
+            hint = " (cast it to integers first)" if dtype.is_float() else ""
+            raise DataError(
+                f"{where}: column {name!r} is {dtype}, expected integer or text ids{hint}"
+            )
+    if time_col is not None:
+        dtype = schema[time_col]
+        if dtype.is_nested() or not (
+            dtype.is_numeric() or dtype.is_temporal() or dtype == pl.String
+        ):
+            raise DataError(
+                f"{where}: column {time_col!r} is {dtype}, expected a datetime, a date, a "
+                "number or text"
+            )
+
+
+_CATEGORIES = (pl.Categorical, pl.Enum)
 
 
 def _first_line(e: BaseException) -> str:
@@ -446,6 +478,7 @@ def read_table(
     wanted = [c for c in (user_col, item_col, time_col) if c is not None]
     if path.suffix == ".parquet":
         df = _read_parquet(path, wanted)
+        check_column_types(df.schema, [user_col, item_col], time_col, path)
         if df.height == 0:
             raise DataError(f"{path}: no records")
         # integer columns stay integers (a string round trip of each would cost far more
@@ -584,6 +617,7 @@ def scan_table(
         missing = [c for c in wanted if c not in schema]
         if missing:
             raise DataError(f"{path}: missing column(s) {', '.join(missing)}; expected {expected}")
+        check_column_types(schema, [user_col, item_col], time_col, path)
         integers = {c for c in wanted if schema[c].is_integer()}  # Parquet's: kept as they are
         text = lazy.select(
             pl.col(c).cast(pl.Int64)

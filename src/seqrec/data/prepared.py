@@ -53,6 +53,7 @@ from seqrec.data.split import (
     time_split_counts,
 )
 from seqrec.errors import ConfigError, DataError
+from seqrec.files import bound, check_name, read_checked, size_checked, write_failed
 from seqrec.metrics import DEFAULT_KS
 from seqrec.outputs import check_out_dir, dir_kind
 from seqrec.progress import Progress
@@ -234,7 +235,7 @@ def _note_unfiltered(source: Path, df: pl.DataFrame) -> None:
 
 def _default_dir(name: str, key: dict[str, Any]) -> Path:
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
-    return download.cache_dir() / "prepared" / f"{name}-{digest}"
+    return download.cache_dir() / "prepared" / f"{check_name(name, 'dataset name')}-{digest}"
 
 
 def _dataset_name(path: Path) -> str:
@@ -410,8 +411,8 @@ def read_sequences(path: Path) -> Preprocessed:
                 "(sequences.parquet with integer columns user and item, vocab.json)"
             )
     try:
-        vocab = json.loads(vocab_path.read_text())
-    except (OSError, ValueError) as e:
+        vocab = json.loads(read_checked(vocab_path, bound("vocab"), error=DataError))
+    except ValueError as e:
         raise DataError(f"{vocab_path}: not JSON ({str(e)[:120]})") from None
     if not (
         isinstance(vocab, dict)
@@ -425,7 +426,7 @@ def read_sequences(path: Path) -> Preprocessed:
             if c not in schema or not schema[c].is_integer():
                 found = schema.get(c, "no such column")
                 raise DataError(f"{table_path}: column {c} must be integers, found {found}")
-        table = pl.read_parquet(table_path, columns=["user", "item"])
+        table = pl.read_parquet(_looked_at(table_path), columns=["user", "item"])
     except (pl.exceptions.PolarsError, OSError) as e:
         raise DataError(f"{table_path}: could not read as Parquet ({str(e)[:120]})") from None
     if table.null_count().sum_horizontal().item():
@@ -497,7 +498,7 @@ def _prepare_sequences(
 
 def _manifest_key(path: Path) -> Any:
     try:
-        return json.loads((path / "manifest.json").read_text()).get("key")
+        return json.loads(read_checked(path / "manifest.json", bound("config"))).get("key")
     except (OSError, ValueError, AttributeError):
         return None
 
@@ -615,37 +616,69 @@ def _write_atomically(
     negatives: dict[str, np.ndarray],
     before: np.ndarray | None = None,
 ) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     try:
-        seqs = pre.sequences
-        columns: dict[str, np.ndarray] = {
-            "user": seqs.user_index().astype(np.int32),
-            "item": seqs.items.astype(np.int32),
-        }
-        if before is not None:  # the time split: whether each item comes after the cut
-            columns["after_cut"] = seqs.position_index() >= np.repeat(before, seqs.lengths)
-        pl.DataFrame(columns).write_parquet(tmp / "sequences.parquet")
-        vocab = {"users": pre.user_ids.to_list(), "items": pre.item_ids.to_list()}
-        (tmp / "vocab.json").write_text(json.dumps(vocab))
-        (tmp / "stats.json").write_text(json.dumps(manifest["stats"], indent=2) + "\n")
-        with (tmp / "negatives.npz").open("wb") as f:
-            arrays: dict[str, Any] = {
-                k: v.astype(np.int32, copy=False) for k, v in negatives.items()
-            }
-            np.savez(f, **arrays)
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        if out.exists() and any(out.iterdir()):
-            # only a prepared dataset is ever replaced (checked again: nothing was added to it)
-            check_out_dir(out, "prepared")
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)  # a new name, or an empty directory's
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    except OSError as err:
+        raise write_failed(err, out) from None
+    try:
+        _write_files(tmp, out, pre, manifest, negatives, before)
+    except (OSError, pl.exceptions.PolarsError) as err:  # a full disk, a lost mount: one line
+        raise write_failed(err, out) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _write_files(
+    tmp: Path,
+    out: Path,
+    pre: Preprocessed,
+    manifest: dict[str, Any],
+    negatives: dict[str, np.ndarray],
+    before: np.ndarray | None,
+) -> None:
+    """The prepared files into `tmp`, then `tmp` moved to `out`."""
+    seqs = pre.sequences
+    columns: dict[str, np.ndarray] = {
+        "user": seqs.user_index().astype(np.int32),
+        "item": seqs.items.astype(np.int32),
+    }
+    if before is not None:  # the time split: whether each item comes after the cut
+        columns["after_cut"] = seqs.position_index() >= np.repeat(before, seqs.lengths)
+    pl.DataFrame(columns).write_parquet(tmp / "sequences.parquet")
+    vocab = {"users": pre.user_ids.to_list(), "items": pre.item_ids.to_list()}
+    (tmp / "vocab.json").write_text(json.dumps(vocab))
+    (tmp / "stats.json").write_text(json.dumps(manifest["stats"], indent=2) + "\n")
+    with (tmp / "negatives.npz").open("wb") as f:
+        arrays: dict[str, Any] = {k: v.astype(np.int32, copy=False) for k, v in negatives.items()}
+        np.savez(f, **arrays)
+    (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    if out.exists() and any(out.iterdir()):
+        # only a prepared dataset is ever replaced (checked again: nothing was added to it)
+        check_out_dir(out, "prepared")
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out)  # a new name, or an empty directory's
+
+
+def _json(path: Path, kind: str) -> dict[str, Any]:
+    """A prepared dataset's JSON file, looked at before it is read (seqrec.files)."""
+    data = read_checked(path, bound(kind), root=path.parent, error=DataError)
+    try:
+        obj = json.loads(data)
+    except (ValueError, RecursionError):
+        raise DataError(f"{path}: damaged (not JSON); prepare again") from None
+    if not isinstance(obj, dict):
+        raise DataError(f"{path}: damaged (expected a JSON object); prepare again")
+    return obj
+
+
+def _looked_at(path: Path) -> Path:
+    """A prepared dataset's table or arrays, looked at before a reader opens it."""
+    return size_checked(path, bound("prepared"), root=path.parent, error=DataError)
 
 
 def load_prepared(path: str | Path) -> PreparedDataset:
@@ -653,14 +686,14 @@ def load_prepared(path: str | Path) -> PreparedDataset:
     manifest_path = path / "manifest.json"
     if not manifest_path.exists():
         raise DataError(f"{path}: not a prepared dataset (no manifest.json); run `seqrec prepare`")
-    manifest = json.loads(manifest_path.read_text())
+    manifest = _json(manifest_path, "config")
     version = manifest.get("key", {}).get("format_version")
     if version != FORMAT_VERSION:
         raise DataError(
             f"{path}: prepared with format {version}, expected {FORMAT_VERSION}; prepare again"
         )
-    vocab = json.loads((path / "vocab.json").read_text())
-    table = pl.read_parquet(path / "sequences.parquet")
+    vocab = _json(path / "vocab.json", "vocab")
+    table = pl.read_parquet(_looked_at(path / "sequences.parquet"))
     users = table.get_column("user").to_numpy().astype(np.int64)
     n_users = len(vocab["users"])
     offsets = np.concatenate([[0], np.cumsum(np.bincount(users, minlength=n_users))]).astype(
@@ -671,9 +704,9 @@ def load_prepared(path: str | Path) -> PreparedDataset:
         offsets=offsets,
         n_items=len(vocab["items"]),
     )
-    with np.load(path / "negatives.npz") as npz:
+    with np.load(_looked_at(path / "negatives.npz")) as npz:
         negatives = {k: npz[k].astype(np.int32, copy=False) for k in npz.files}
-    stats = json.loads((path / "stats.json").read_text())
+    stats = _json(path / "stats.json", "metrics")
     before = None
     if "after_cut" in table.columns:
         after = table.get_column("after_cut").to_numpy()
