@@ -273,3 +273,158 @@ def test_train_with_a_100_million_wide_model_is_one_line_under_a_memory_cap(
         assert proc.returncode != 0
         _one_line(proc.stderr, words)
         assert not out.exists()
+
+
+# ------------------------------------------------------------------------- a full disk, one line
+
+
+def _fill(disk: Path) -> None:
+    """Every free byte of the tmpfs taken: the next write fails with ENOSPC."""
+    with (disk / "fill").open("wb") as f, pytest.raises(OSError):
+        while True:
+            f.write(b"\0" * (64 << 10))
+            f.flush()
+
+
+def _leftovers(root: Path) -> list[str]:
+    """Locks and temporary files anywhere under `root` (the filler aside)."""
+    return [
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.name != "fill" and p.is_file() and (p.name.startswith(".") or ".tmp" in p.name)
+    ]
+
+
+def _cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "seqrec", *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})},
+    )
+
+
+@pytest.mark.slow
+def test_prepare_on_a_full_disk_is_one_line_naming_the_path_and_leaves_nothing(
+    tiny_runs: dict[str, Path], small_disk: Callable[[int], Path]
+) -> None:
+    """It was polars' ComputeError traceback from the Parquet writer."""
+    disk = small_disk(256 << 10)
+    _fill(disk)
+    proc = _cli(
+        "prepare", "--data", str(tiny_runs["data"]), "--quiet", env={"SEQREC_HOME": str(disk)}
+    )
+    assert proc.returncode == 2
+    _one_line(proc.stderr, "No space left on device", str(disk / "prepared"))
+    assert _leftovers(disk) == []
+
+
+@pytest.mark.slow
+def test_training_on_a_full_disk_names_the_path_and_leaves_no_lock(
+    tiny_runs: dict[str, Path], small_disk: Callable[[int], Path], tmp_path: Path
+) -> None:
+    """It was `[Errno 28]` with no path, and `.lock` left behind (the lock's own write)."""
+    home = {"SEQREC_HOME": str(tmp_path / "home")}
+    train = ["train", "sasrec", "--data", str(tiny_runs["data"]), "--quiet"]
+    small = ["--set", "sasrec.max_len=10", "--set", "sasrec.d_model=16", "--set"]
+    disk = small_disk(256 << 10)
+    _fill(disk)
+    proc = _cli(*train, "--out", str(disk / "run"), *small, "train.max_epochs=2", env=home)
+    assert proc.returncode == 2
+    _one_line(proc.stderr, str(disk / "run"), "No space left on device")
+    assert not (disk / "run").exists()  # a run that could not start leaves no directory
+    # room for part of the start, then for the start and not the weights: each named
+    for size, words in [(12 << 10, "/run/"), (40 << 10, "/run/checkpoint.pt")]:
+        disk = small_disk(size)
+        proc = _cli(*train, "--out", str(disk / "run"), *small, "train.max_epochs=2", env=home)
+        assert proc.returncode == 2
+        _one_line(proc.stderr, words, "No space left on device")
+        assert _leftovers(disk) == []
+        if words == "/run/":  # the start's own files: a failed start takes back what it wrote
+            assert not (disk / "run").exists() or list((disk / "run").iterdir()) == []
+
+
+@pytest.mark.slow
+def test_export_on_a_full_disk_is_one_line_and_leaves_no_temp_file(
+    tiny_runs: dict[str, Path], small_disk: Callable[[int], Path]
+) -> None:
+    disk = small_disk(256 << 10)
+    _fill(disk)
+    out = disk / "model.ts"
+    proc = _cli("export", str(tiny_runs["sasrec"]), "--format", "torchscript", "--out", str(out))
+    assert proc.returncode == 2
+    _one_line(proc.stderr, str(out), "No space left on device")
+    assert _leftovers(disk) == [] and not out.exists()
+
+
+# ------------------------------------------------------------------ odd tables, one DataError line
+
+
+@pytest.mark.parametrize(
+    ("columns", "words"),
+    [
+        ({"item": [[1, 2], [3], [4], [5]]}, "column 'item' is List(Int64), expected integer or"),
+        ({"item": [{"a": 1}, {"a": 2}, {"a": 3}, {"a": 1}]}, "column 'item' is Struct("),
+        ({"user": [[1], [1], [2], [2]]}, "column 'user' is List(Int64)"),
+        ({"item": [1.5, 2.0, 3.0, 1.0]}, "column 'item' is Float64, expected integer or text"),
+        ({"item": [True, False, True, True]}, "column 'item' is Boolean"),
+        ({"timestamp": [[1], [2], [3], [4]]}, "column 'timestamp' is List(Int64), expected a"),
+    ],
+)
+def test_tables_with_nested_or_mistyped_columns_are_one_data_error(
+    columns: dict[str, list[object]], words: str, tmp_path: Path
+) -> None:
+    """A Parquet file with a list-typed column was polars' InvalidOperationError traceback; a
+    struct or float item column was read as ids."""
+    import polars as pl
+
+    import seqrec
+    from seqrec.data.io import read_table
+    from seqrec.errors import DataError
+
+    df = pl.DataFrame({"user": [1, 1, 2, 2], "item": [1, 2, 3, 1], "timestamp": [1, 2, 3, 4]})
+    df = df.with_columns(pl.Series(k, v) for k, v in columns.items())
+    path = tmp_path / "log.parquet"
+    df.write_parquet(path)
+    for attempt in (
+        lambda: read_table(path),
+        lambda: seqrec.prepare(df, out=tmp_path / "prepared", progress=False),
+    ):
+        with pytest.raises(DataError) as err:
+            attempt()
+        _one_line(str(err.value), words)
+    assert not (tmp_path / "prepared").exists()
+    proc = _cli("prepare", "--data", str(path), "--out", str(tmp_path / "p2"), "--quiet")
+    assert proc.returncode == 2
+    _one_line(proc.stderr, str(path), words)
+    assert not (tmp_path / "p2").exists()
+
+
+# ------------------------------------------------------------------------------ names are names
+
+
+def test_a_spec_named_dots_is_refused_before_a_run_is_written(tmp_path: Path) -> None:
+    """A spec file named `...toml` had the spec name `..`: its runs went outside --runs-dir."""
+    spec = tmp_path / "...toml"
+    spec.write_text('base = "sasrec-ce"\nbudget = "1m"\n[[points]]\nlabel = "a"\nset = []\n')
+    runs = tmp_path / "runs"
+    proc = _cli("experiment", str(spec), "--data", "nowhere.csv", "--runs-dir", str(runs))
+    assert proc.returncode == 2
+    _one_line(proc.stderr, "the spec name '..' cannot name a file")
+    assert not runs.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["...toml"]
+
+
+@pytest.mark.parametrize("name", ["..", ".", "../escape", "a/b", "", ".hidden", "tab\there"])
+def test_names_that_are_paths_are_refused(name: str, tmp_path: Path) -> None:
+    import polars as pl
+
+    import seqrec
+    from seqrec.files import check_name
+
+    with pytest.raises(ConfigError, match="cannot name a file"):
+        check_name(name, "name")
+    df = pl.DataFrame({"user": [1, 1, 2, 2], "item": [1, 2, 3, 1]})
+    with pytest.raises(ConfigError, match="dataset name .* cannot name a file"):
+        seqrec.prepare(df, time_col=None, name=name or "/", progress=False)
+    assert check_name("ml-1m sasrec+ce 0.5", "name") == "ml-1m sasrec+ce 0.5"
