@@ -3,6 +3,7 @@ library's, bad input gets a 4xx saying what was wrong, concurrent requests are s
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import threading
@@ -442,3 +443,52 @@ def test_the_openapi_schema_types_the_answers_with_examples(
     assert "example" in answer and answer["example"]["items"][0]["score"] == 3.21
     batch = schema["paths"]["/recommend/batch"]["post"]["responses"]["200"]["content"]
     assert batch["application/json"]["schema"]["$ref"].endswith("/BatchRecommendations")
+
+
+def _post(url: str, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, Any]:
+    """POST exactly these bytes and headers (urllib adds a form Content-Type of its own)."""
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        conn.request("POST", path, body=body, headers=headers)
+        r = conn.getresponse()
+        return r.status, json.loads(r.read())
+    finally:
+        conn.close()
+
+
+def test_both_http_paths_answer_every_request_alike(server: tuple[str, Recommender]) -> None:
+    """POST /recommend is answered by the guard's fast route or, for a cross-origin request,
+    by FastAPI's: the same checks (content type, body shape, sizes), the same status and body.
+    `Content-Type: text/plain` once answered 200 on the fast route and 422 on FastAPI's."""
+    url, rec = server
+    good = json.dumps({"history": rec.item_ids[:3], "k": 2}).encode()
+    cases: list[tuple[bytes, str | None, int | None]] = [
+        (good, "text/plain", 422),
+        (good, "application/x-www-form-urlencoded", 422),
+        (good, "multipart/form-data; boundary=x", 422),
+        (good, "application/xml", 422),
+        (good, None, None),  # no Content-Type: FastAPI's to read (strictly: 422, from 0.132)
+        (good, "application/json; charset=utf-8", 200),
+        (good, "application/vnd.api+json", 200),
+        (b"{not json", "application/json", 422),
+        (b"", "application/json", 422),
+        (b"[]", "application/json", 422),
+        (b'{"history": [], "k": 0}', "application/json", 422),
+        (b'{"history": [], "k": 1e400}', "application/json", 422),
+        (b'{"history": [], "k": NaN}', "application/json", 422),
+        (b'{"history": "1,2"}', "application/json", 422),
+        (b'{"history": [], "extra": 1}', "application/json", 422),
+        (b'{"history": ["\\ud800"]}', "application/json", 422),
+        (b'{"history": [], "candidates": []}', "application/json", None),
+        (b'{"user": "nobody-at-all"}', "application/json", None),
+        (json.dumps({"history": rec.item_ids[:1] * 51}).encode(), "application/json", 413),
+        (json.dumps({"history": ["no-such-item"]}).encode(), "application/json", None),
+    ]
+    for body, kind, status in cases:
+        headers = {} if kind is None else {"Content-Type": kind}
+        fast = _post(url, "/recommend", body, headers)
+        app = _post(url, "/recommend", body, {**headers, "Origin": "http://elsewhere.example"})
+        assert fast == app, (body[:60], kind)
+        if status is not None:
+            assert fast[0] == status, (body[:60], kind, fast)

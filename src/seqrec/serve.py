@@ -138,7 +138,10 @@ class _Guard:
                 if not message.get("more_body"):
                     break
             direct = self.fast.get(scope["path"]) if scope["method"] == "POST" else None
-            if direct is not None and b"origin" not in headers:
+            # the fast route takes what the app would read as JSON, and only that: any other
+            # body (text/plain, a form) is the app's to refuse, so both paths answer alike
+            json_body = _json_content(headers.get(b"content-type"))
+            if direct is not None and json_body and b"origin" not in headers:
                 try:
                     done = await direct(bytes(body))
                 except TimeoutError:  # waited in the queue past its deadline
@@ -172,6 +175,17 @@ class _Guard:
 
 class _TooLarge(Exception):
     pass
+
+
+def _json_content(value: bytes | None) -> bool:
+    """Whether a request body of this Content-Type is read as JSON by FastAPI: application/json
+    or application/<anything>+json (the fast route takes only these; a body without one is the
+    app's to read or refuse, as its version does: newer ones refuse it, strict_content_type)."""
+    if value is None:
+        return False
+    kind = value.split(b";", 1)[0].strip().lower()
+    main, _, sub = kind.partition(b"/")
+    return main == b"application" and (sub == b"json" or sub.endswith(b"+json"))
 
 
 async def _json(send: Any, status: int, detail: str, extra: list[Any] | None = None) -> None:
