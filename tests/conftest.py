@@ -109,6 +109,17 @@ def memory_cap() -> Callable[[], None]:
     """A `preexec_fn` capping a child's address space (as `prlimit --as`) at what a process
     that imported seqrec takes (measured here: torch's builds differ by gigabytes) plus 1 GiB:
     a child that tried to hold a bomb's output or a huge model would die, not pass."""
+    return _capped_at(1 << 30)
+
+
+@pytest.fixture(scope="session")
+def wide_memory_cap() -> Callable[[], None]:
+    """`memory_cap` at 3 GiB over an import of seqrec: for a child that trains many small
+    models in turn (its address space grows with the allocator's arenas, not with any one)."""
+    return _capped_at(3 << 30)
+
+
+def _capped_at(room: int) -> Callable[[], None]:
     import resource
     import subprocess
 
@@ -121,7 +132,7 @@ def memory_cap() -> Callable[[], None]:
             [sys.executable, "-c", probe], capture_output=True, text=True, check=True
         ).stdout
     )
-    cap = base_kib * 1024 + (1 << 30)
+    cap = base_kib * 1024 + room
 
     def preexec() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))

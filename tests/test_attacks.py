@@ -226,12 +226,40 @@ def test_the_memory_a_config_asks_for_is_its_formula() -> None:
     and 2 x (5 x 50^2 + 9 x 50) in the blocks (W^Q, W^K|V and the FFN's two layers, their
     biases and two LayerNorms), 2 x 50 in the last LayerNorm = 206,850
     parameters; a batch of 128 x 200 positions keeps 16 floats a position and layer for 3 layers
-    (embedding + 2 blocks) and two 200 x 200 attention maps a layer and head."""
+    (embedding + 2 blocks) and two 200 x 200 attention maps a layer and head; its BCE loss
+    gathers one negative's embedding a position (values and gradients) and two logits."""
     cfg = _cfg('model="sasrec"', "train.batch_size=128")
+    assert (cfg.train.loss, cfg.train.n_negatives, cfg.train.negatives_per) == (
+        "bce",
+        1,
+        "position",
+    )
     mem = memory(cfg, 3416)
     assert mem.parameters == 4 * 206_850
     assert mem.training == 3 * mem.parameters
-    assert mem.activations == 4 * (128 * 200 * 50 * 3 * 16 + 2 * 128 * 1 * 200 * 200 * 2)
+    positions = 128 * 200
+    loss = 2 * (positions * 1 * 2 * 50 + positions * 2)
+    assert mem.activations == 4 * (positions * 50 * 3 * 16 + 2 * 128 * 1 * 200 * 200 * 2 + loss)
+
+
+def test_the_sampled_losses_negatives_are_weighed() -> None:
+    """Caser with 16,384 negatives a position (what the property test below first found: a
+    397 MB gather of negative embeddings under a 128 MiB bound): 50 x 61 positions, each with
+    its negatives' 13-wide embeddings gathered and their logits, values and gradients."""
+    cfg = _cfg(
+        'model="caser"',
+        "caser.d_model=13",
+        "caser.max_len=61",
+        "train.batch_size=50",
+        "train.n_negatives=16384",
+        'train.loss="bce"',
+    )
+    positions, k = 50 * 61, 16384
+    loss = 2 * (positions * k * 2 * 13 + positions * (k + 1))
+    hidden = positions * 13 * 2 * 16  # the embedding layer and one more: caser has no n_layers
+    assert memory(cfg, 25).activations == 4 * (hidden + loss)
+    with pytest.raises(ConfigError, match="caser asks for 10.1 GiB"):
+        check_memory(cfg, 25, training=True)
 
 
 def test_a_training_over_the_memory_bound_is_one_line_naming_the_setting(
@@ -428,3 +456,110 @@ def test_names_that_are_paths_are_refused(name: str, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="dataset name .* cannot name a file"):
         seqrec.prepare(df, time_col=None, name=name or "/", progress=False)
     assert check_name("ml-1m sasrec+ce 0.5", "name") == "ml-1m sasrec+ce 0.5"
+
+
+# ------------------------------------------------------------ any config: a step, or one line
+
+# Run in a child with the memory bound at 64 MiB: every drawn config must either train its
+# first step, weighed within the bound, its peak resident memory no more than twice the bound
+# (and 192 MiB of slack: torch's own buffers) above a first tiny training's, or be refused
+# with one SeqrecError line before anything is written; a traceback or a MemoryError fails.
+# (The child's address space is capped too, at 3 GiB over an import of seqrec: a safety net.)
+_PROPERTY = r"""
+import json, resource, shutil, sys, tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from seqrec.config import RunConfig, load_config
+from seqrec.data.prepared import prepare_frame
+from seqrec.data.synthetic import synthetic_interactions
+from seqrec.errors import SeqrecError
+from seqrec.registry import MODELS
+from seqrec.sizes import check_memory
+from seqrec.train import fit
+
+root = Path(sys.argv[1])
+ds = prepare_frame(
+    synthetic_interactions(n_users=40, n_items=25, min_len=5, max_len=12, seed=1),
+    root / "prepared", name="toy", progress=False,
+)
+BOUND = 64 << 20
+WIDTH = {"ncf": "factors", "gru4rec": "hidden"}
+
+
+def peak() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+warm = ['model="sasrec"', "train.max_steps=1", "sasrec.max_len=8", "sasrec.d_model=8",
+        "train.batch_size=8", "train.threads=1"]
+fit(ds, load_config(RunConfig, None, warm), root / "warm", progress=False)
+baseline = peak()
+wild = st.one_of(
+    st.integers(-2, 70),
+    st.sampled_from([2**k for k in range(27)]),
+    st.integers(0, 2**20),
+)
+tame = st.integers(1, 24)  # sizes that train
+seen = {"trained": 0, "refused": 0}
+
+
+@settings(
+    max_examples=int(sys.argv[2]), deadline=None, derandomize=True, database=None,
+    suppress_health_check=list(HealthCheck),
+)
+@given(model=st.sampled_from(sorted(MODELS)), extreme=st.integers(-1, 5), data=st.data())
+def one(model, extreme, data):
+    # every size tame but one (`extreme`: its index; -1 none), drawn from anywhere: each size's
+    # own bounds are what a draw finds, not the first of six to be out of range
+    width, layers, heads, length, batch, negatives = (
+        data.draw(wild if i == extreme else tame) for i in range(6)
+    )
+    section = MODELS[model].sections
+    own = next(iter(section))
+    sets = [f"model={json.dumps(model)}", "train.max_steps=1", "train.max_epochs=1",
+            "train.threads=1", 'train.device="cpu"', "train.eval_every=1",
+            f"{own}.{WIDTH.get(model, 'd_model')}={width}", f"train.batch_size={batch}",
+            f"train.n_negatives={negatives}"]
+    fields = {f for f in section[own].__dataclass_fields__}
+    sets += [f"{own}.{k}={v}" for k, v in
+             (("n_layers", layers), ("n_heads", heads), ("max_len", length))
+             if k in fields]
+    out = Path(tempfile.mkdtemp(dir=root)) / "run"
+    try:
+        cfg = load_config(RunConfig, None, sets)
+        fit(ds, cfg, out, progress=False)
+        check_memory(cfg, ds.n_items, ds.n_users, training=True)  # it was within the bound
+        grew = peak() - baseline
+        assert grew <= 2 * BOUND + (192 << 20), (sets, f"{grew / 2**20:.0f} MiB")
+        seen["trained"] += 1
+    except SeqrecError as err:
+        assert "\n" not in str(err).strip() and len(str(err)) < 1000, str(err)
+        assert not out.exists() or not any(out.iterdir()), sets  # nothing left behind
+        seen["refused"] += 1
+    finally:
+        shutil.rmtree(out.parent, ignore_errors=True)
+
+
+one()
+print(json.dumps({**seen, "grew_mib": round((peak() - baseline) / 2**20)}))
+"""
+
+
+@pytest.mark.slow
+def test_any_config_trains_a_step_within_the_bound_or_is_one_line(
+    tmp_path: Path, wide_memory_cap: Callable[[], None]
+) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "SEQREC_MAX_MODEL_BYTES": str(64 << 20)}
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROPERTY, str(tmp_path), "200"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        preexec_fn=wide_memory_cap,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["trained"] >= 5 and seen["refused"] >= 5, seen  # both sides were drawn

@@ -6,8 +6,10 @@ bound before anything is allocated (training, loading a run, experiment specs, e
 
     parameters   every weight, float32
     training     the parameters' gradients and the optimiser's two moments (Adam): 3x more
-    activations  one batch's hidden states kept for the backward pass, per layer, and the
-                 attention weights of the attention models (B x heads x L x L per layer)
+    activations  one batch's hidden states kept for the backward pass, per layer, the
+                 attention weights of the attention models (B x heads x L x L per layer), and
+                 the loss's: a chunk of the full softmax's logits, or the sampled losses'
+                 negatives (their embeddings gathered, their logits)
 
 The bound is 8 GiB (`SEQREC_MAX_MODEL_BYTES` replaces it): loading a run checks the parameters
 against it, training checks all three together.
@@ -73,7 +75,22 @@ def memory(cfg: RunConfig, n_items: int, n_users: int = 0) -> Memory:
     acts = rows * width * layers * _SAVED_PER_LAYER * _FLOAT
     if isinstance(heads, int):  # attention weights: (B, h, L, L) a layer, and their dropout mask
         acts += 2 * cfg.train.batch_size * heads * length * length * (layers - 1) * _FLOAT
+    acts += _loss_floats(cfg, n_items, rows, width) * _FLOAT
     return Memory(params, 3 * params, acts)
+
+
+def _loss_floats(cfg: RunConfig, n_items: int, positions: int, width: int) -> int:
+    """What the loss holds for one batch, values and gradients: the full CE's chunk of logits
+    (seqrec.losses computes it a chunk of rows at a time), or the sampled losses' gathered
+    negative embeddings (per position, per sequence or shared by the batch) and their logits."""
+    from seqrec.losses import ce_chunk_rows
+
+    t = cfg.train
+    k = t.n_negatives
+    if t.loss == "ce":
+        return 2 * ce_chunk_rows(n_items) * n_items
+    gathered = {"position": positions, "sequence": t.batch_size, "batch": 1}[t.negatives_per]
+    return 2 * (gathered * k * 2 * width + positions * (k + 1))
 
 
 def _gib(n: int) -> str:
