@@ -82,9 +82,11 @@ def size_checked(
     hint: str = "",
 ) -> Path:
     """The path to open for `path`, after an `lstat`: a regular file of at most `limit` bytes, or
-    a symlink to one inside `root` (the directory it belongs to; no symlink at all when None is
-    given and `root` is the file's own folder). One `error` line naming the file otherwise;
-    nothing is read. `hint` ends the size line (which setting raises the bound)."""
+    a symlink to one inside `root` (the seqrec directory it belongs to: a run, a prepared
+    dataset). Without a `root` (a file the user named: a config, a spec, an items table) a
+    symlink is followed wherever it leads, and what it leads to is checked the same way. One
+    `error` line naming the file otherwise; nothing is read. `hint` ends the size line (which
+    setting raises the bound)."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -93,12 +95,12 @@ def size_checked(
         raise error(f"{path}: cannot be read ({err.strerror})") from None
     target = path
     if stat.S_ISLNK(st.st_mode):
-        inside = (root or path.parent).resolve()
         try:
             target = path.resolve(strict=True)
         except (OSError, RuntimeError):
             raise error(f"{path}: a symlink to nothing readable; expected a file") from None
-        if not target.is_relative_to(inside):
+        inside = None if root is None else root.resolve()
+        if inside is not None and not target.is_relative_to(inside):
             raise error(
                 f"{path}: a symlink out of {inside} (to {target}); expected a file of its own"
             )

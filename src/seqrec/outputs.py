@@ -42,7 +42,8 @@ def _is_marker(path: Path, kind: Kind) -> bool:
     if kind == "run":
         return path.is_file()
     try:  # a prepared dataset's manifest records the key it was prepared under
-        return isinstance(json.loads(read_checked(path, bound("config"))).get("key"), dict)
+        manifest = read_checked(path, bound("config"), root=path.parent)
+        return isinstance(json.loads(manifest).get("key"), dict)
     except (OSError, ValueError, AttributeError):
         return False
 

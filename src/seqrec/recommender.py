@@ -38,6 +38,7 @@ from seqrec.data.prepared import PreparedDataset, load_prepared
 from seqrec.data.preprocess import left_pad
 from seqrec.errors import ConfigError, DataError, SeqrecError
 from seqrec.evaluate import SCORES_BYTES, score_plan
+from seqrec.files import bound, read_checked
 from seqrec.provenance import atomic_write
 from seqrec.rundir import RunDir
 
@@ -438,7 +439,8 @@ def item_metadata(
         id_map = src.parent / ITEM_MAP
         if id_map.exists():
             mapping = {}
-            for line in id_map.read_text().split("\n"):
+            text = read_checked(id_map, bound("items")).decode()
+            for line in text.split("\n"):
                 if line.strip():
                     ours, movie = line.split()
                     mapping[movie] = ours
@@ -458,7 +460,8 @@ def item_metadata(
     if not p.exists():
         raise ConfigError(f"{p}: item metadata file not found")
     out: dict[str, dict[str, Any]] = {}
-    for n, line in enumerate(p.read_bytes().decode("latin-1").splitlines(), start=1):
+    text = read_checked(p, bound("items")).decode("latin-1")
+    for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         parts = line.split("::")

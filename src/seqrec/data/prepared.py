@@ -426,7 +426,8 @@ def read_sequences(path: Path) -> Preprocessed:
             if c not in schema or not schema[c].is_integer():
                 found = schema.get(c, "no such column")
                 raise DataError(f"{table_path}: column {c} must be integers, found {found}")
-        table = pl.read_parquet(_looked_at(table_path), columns=["user", "item"])
+        checked = size_checked(table_path, bound("prepared"), error=DataError)
+        table = pl.read_parquet(checked, columns=["user", "item"])
     except (pl.exceptions.PolarsError, OSError) as e:
         raise DataError(f"{table_path}: could not read as Parquet ({str(e)[:120]})") from None
     if table.null_count().sum_horizontal().item():
@@ -498,7 +499,8 @@ def _prepare_sequences(
 
 def _manifest_key(path: Path) -> Any:
     try:
-        return json.loads(read_checked(path / "manifest.json", bound("config"))).get("key")
+        manifest = read_checked(path / "manifest.json", bound("config"), root=path)
+        return json.loads(manifest).get("key")
     except (OSError, ValueError, AttributeError):
         return None
 
