@@ -262,6 +262,16 @@ def test_the_sampled_losses_negatives_are_weighed() -> None:
         check_memory(cfg, 25, training=True)
 
 
+@pytest.mark.parametrize(
+    ("config", "batch", "gib"),
+    [("ml-1m-bert4rec", 2048, 7.15), ("ml-1m-bert4rec", 128, 0.46), ("ml-1m-sasrec-ce", 512, 1.49)],
+)
+def test_the_estimates_the_docs_quote(config: str, batch: int, gib: float) -> None:
+    """docs/design/reliability.md sets these beside the GPU memory the recipes took."""
+    cfg = load_config(RunConfig, config, [f"train.batch_size={batch}"])
+    assert round(memory(cfg, 3416, 6040).total / 2**30, 2) == gib
+
+
 def test_a_training_over_the_memory_bound_is_one_line_naming_the_setting(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

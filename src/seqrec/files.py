@@ -21,13 +21,14 @@ Weight files have no fixed bound: `seqrec.rundir` gives the one the run's config
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from seqrec.errors import ConfigError, SeqrecError
 
@@ -37,6 +38,7 @@ __all__ = [
     "check_name",
     "checked_open",
     "hash_file",
+    "json_object",
     "read_checked",
     "size_checked",
     "write_failed",
@@ -104,7 +106,15 @@ def size_checked(
             raise error(
                 f"{path}: a symlink out of {inside} (to {target}); expected a file of its own"
             )
-        st = os.stat(target)
+        st = target.stat()
+    _check_stat(path, st, limit, error, hint)
+    return target
+
+
+def _check_stat(
+    path: Path, st: os.stat_result, limit: int, error: type[SeqrecError], hint: str
+) -> None:
+    """A regular file of at most `limit` bytes, or one `error` line naming `path`."""
     if stat.S_ISDIR(st.st_mode):
         raise error(f"{path}: is a directory, expected a file")
     if not stat.S_ISREG(st.st_mode):
@@ -114,7 +124,6 @@ def size_checked(
             f"{path}: {_mib(st.st_size)}, over the {_mib(limit)} bound for this file"
             + (f" ({hint})" if hint else "")
         )
-    return target
 
 
 @contextmanager
@@ -135,11 +144,7 @@ def checked_open(
         raise error(f"{path}: cannot be read ({err.strerror})") from None
     f = os.fdopen(fd, "rb")
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise error(f"{path}: not a regular file (a device, FIFO or socket); expected a file")
-        if st.st_size > limit:
-            raise error(f"{path}: {_mib(st.st_size)}, over the {_mib(limit)} bound for this file")
+        _check_stat(path, os.fstat(fd), limit, error, hint)
         os.set_blocking(fd, True)
         yield f
     finally:
@@ -164,6 +169,21 @@ def read_checked(
             if total > limit:
                 raise error(f"{path}: grew over the {_mib(limit)} bound for this file while read")
     return b"".join(chunks)
+
+
+def json_object(
+    data: bytes, path: Path, error: type[SeqrecError] = ConfigError, advice: str = ""
+) -> dict[str, Any]:
+    """`data`, the bytes of `path`, as a JSON object; one `error` line naming the file when it
+    is not one (`advice` ends the line: what to do)."""
+    end = f"; {advice}" if advice else ""
+    try:
+        obj = json.loads(data)
+    except (ValueError, RecursionError):
+        raise error(f"{path}: damaged (not JSON){end}") from None
+    if not isinstance(obj, dict):
+        raise error(f"{path}: damaged (expected a JSON object){end}")
+    return obj
 
 
 def hash_file(f: IO[bytes]) -> str:

@@ -46,7 +46,7 @@ import polars as pl
 import torch
 
 from seqrec.errors import ConfigError, RunError
-from seqrec.files import bound, checked_open, hash_file, read_checked
+from seqrec.files import bound, checked_open, hash_file, json_object, read_checked
 from seqrec.provenance import atomic_write, write_json
 
 if TYPE_CHECKING:
@@ -355,14 +355,7 @@ class RunDir:
         return copies * params.parameters + params.parameters // 20 + (64 << 20)
 
     def _read_json(self, name: str) -> dict[str, Any]:
-        data = self._read_verified(name)
-        try:
-            obj = json.loads(data)
-        except (ValueError, RecursionError):
-            raise RunError(f"{self.path / name}: damaged (not JSON)") from None
-        if not isinstance(obj, dict):
-            raise RunError(f"{self.path / name}: damaged (expected a JSON object)")
-        return obj
+        return json_object(self._read_verified(name), self.path / name, RunError)
 
     def _read_verified(self, name: str) -> bytes:
         """A JSON file's bytes, looked at before they are read (seqrec.files: no symlink out of

@@ -53,7 +53,14 @@ from seqrec.data.split import (
     time_split_counts,
 )
 from seqrec.errors import ConfigError, DataError
-from seqrec.files import bound, check_name, read_checked, size_checked, write_failed
+from seqrec.files import (
+    bound,
+    check_name,
+    json_object,
+    read_checked,
+    size_checked,
+    write_failed,
+)
 from seqrec.metrics import DEFAULT_KS
 from seqrec.outputs import check_out_dir, dir_kind
 from seqrec.progress import Progress
@@ -669,13 +676,7 @@ def _write_files(
 def _json(path: Path, kind: str) -> dict[str, Any]:
     """A prepared dataset's JSON file, looked at before it is read (seqrec.files)."""
     data = read_checked(path, bound(kind), root=path.parent, error=DataError)
-    try:
-        obj = json.loads(data)
-    except (ValueError, RecursionError):
-        raise DataError(f"{path}: damaged (not JSON); prepare again") from None
-    if not isinstance(obj, dict):
-        raise DataError(f"{path}: damaged (expected a JSON object); prepare again")
-    return obj
+    return json_object(data, path, DataError, "prepare again")
 
 
 def _looked_at(path: Path) -> Path:
