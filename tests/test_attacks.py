@@ -288,6 +288,22 @@ def test_a_training_over_the_memory_bound_is_one_line_naming_the_setting(
         check_memory(small, 2**31, training=False)
 
 
+def test_an_estimator_over_the_memory_bound_prepares_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The memory its layers ask for is weighed before `fit` prepares the data."""
+    import polars as pl
+
+    import seqrec
+
+    monkeypatch.setenv("SEQREC_HOME", str(tmp_path / "home"))
+    df = pl.DataFrame({"user": [1, 1, 2, 2, 3, 3], "item": [1, 2, 3, 1, 2, 3]})
+    with pytest.raises(ConfigError) as err:
+        seqrec.SASRec(d_model=60000, n_heads=1).fit(df, time_col=None, progress=False)
+    _one_line(str(err.value), "sasrec asks for", "over the 8.0 GiB bound")
+    assert not (tmp_path / "home").exists()
+
+
 @pytest.mark.slow
 def test_train_with_a_100_million_wide_model_is_one_line_under_a_memory_cap(
     tiny_runs: dict[str, Path], tmp_path: Path, memory_cap: Callable[[], None]

@@ -35,6 +35,7 @@ from seqrec.outputs import check_out_dir
 from seqrec.recommender import Recommender
 from seqrec.registry import entry
 from seqrec.rundir import RunDir
+from seqrec.validation import validate as validate_training
 
 __all__ = ["BERT4Rec", "Model", "SASRec", "load"]
 
@@ -101,7 +102,10 @@ class Model:
         if self.time_budget is not None:
             overrides.append(f"train.time_budget={json.dumps(self.time_budget)}")
         cfg = load_config(RunConfig, None, [*overrides, *self.set], base=base)
-        return validate(cfg, type(self).__name__)
+        validate(cfg, type(self).__name__)
+        # and what a training checks without the data (the memory its layers ask for
+        # included), before `fit` prepares anything
+        return validate_training(cfg)
 
     def _key(self, cfg: RunConfig, name: str) -> str:
         """The dotted key of a parameter: the model's sections first, then [train]."""

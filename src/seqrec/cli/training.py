@@ -18,17 +18,14 @@ from seqrec.cli.common import (
     _say_short_budget,
     _source_data,
 )
-from seqrec.config import (
-    RunConfig,
-    refit_config,
-    validate,
-)
+from seqrec.config import RunConfig, refit_config
 from seqrec.data.prepared import PreparedDataset, prepare
 from seqrec.distributed import on_main, process_group, ranks
 from seqrec.errors import ConfigError
 from seqrec.report import metrics_table, run_label
 from seqrec.rundir import RunDir
 from seqrec.train import check_run_out, fit, resolve_device
+from seqrec.validation import validate
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -90,7 +87,9 @@ def _train(
     """Train `cfg` on `data` into --out (or resume it there) and print the test metrics; --out
     may not be or contain any of `inputs`. `notice`: a line said with the results."""
     inputs = [p for p in inputs if Path(p).exists()]
-    validate(cfg)  # before anything is prepared or written
+    # every check a training makes that needs no data (ranges, the loop's, the model's, the
+    # memory its layers ask for), before anything is prepared or written
+    validate(cfg)
     r = ranks()  # under torchrun: rank 0 checks, prepares, writes and reports
     with process_group(r, resolve_device(cfg.train.device)):
 
