@@ -11,6 +11,7 @@ import pytest
 
 from seqrec.cli import main
 from seqrec.data.synthetic import synthetic_interactions
+from seqrec.errors import ConfigError
 from seqrec.outputs import dir_kind
 
 
@@ -270,3 +271,24 @@ def test_an_incompatible_setting_leaves_no_directory(
     argv = ["train", model, "--data", str(src), "--out", str(out), "--quiet", "--set", bad]
     _refused(argv, capsys, bad.split("=")[0].split(".")[-1])
     assert not out.exists()
+
+
+def test_a_run_killed_before_its_config_is_taken_over_a_users_manifest_is_not(
+    tmp_path: Path,
+) -> None:
+    """A training killed halfway through its first writes leaves its lock, a temporary file and
+    perhaps the manifest with the config pending: the next training there starts (it once said
+    the folder held files seqrec did not write). A folder whose `sha256.json` is not a seqrec
+    manifest stays the user's."""
+    from seqrec.outputs import check_out_dir
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / ".lock").write_text("123 456 host")
+    (out / ".sha256.json.k3j2h1").write_text('{"config.js')
+    assert check_out_dir(out, "run") is False
+    (out / "sha256.json").write_text('{".pending": {"config.json": "' + "0" * 64 + '"}}')
+    assert check_out_dir(out, "run") is False
+    (out / "sha256.json").write_text('{"photos.zip": "' + "0" * 64 + '"}')
+    with pytest.raises(ConfigError, match="holds files seqrec did not write"):
+        check_out_dir(out, "run")

@@ -25,7 +25,7 @@ from typing import Literal
 
 from seqrec.errors import ConfigError
 from seqrec.files import bound, read_checked
-from seqrec.rundir import RUN_FILES, RUN_MARKER, RUN_OUTPUTS
+from seqrec.rundir import DIGESTS, LOCK, PENDING, RUN_FILES, RUN_MARKER, RUN_OUTPUTS
 
 __all__ = ["PREPARED_FILES", "check_out_dir", "check_out_file", "dir_kind"]
 
@@ -64,6 +64,22 @@ def dir_kind(path: Path) -> Kind | None:
     return None
 
 
+def _unstarted_run(out: Path, names: set[str]) -> bool:
+    """A run killed before its config was written: its lock, the temporary files of the writes
+    it was making and, at most, its manifest with the config pending (seqrec's leftovers only,
+    which the next training there takes over)."""
+    rest = {n for n in names if n != LOCK and not _temporary(n, RUN_FILES)}
+    if not rest:
+        return True
+    if rest != {DIGESTS}:
+        return False
+    try:
+        manifest = json.loads(read_checked(out / DIGESTS, bound("manifest"), root=out))
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and set(manifest) <= {*RUN_FILES, PENDING}
+
+
 def _temporary(name: str, own: frozenset[str]) -> bool:
     return name.startswith(".") and any(name.lstrip(".").startswith(f"{n}.") for n in own)
 
@@ -95,8 +111,8 @@ def check_out_dir(out: Path, kind: Kind, *, inputs: Iterable[Path | str | None] 
     if not out.is_dir():
         raise ConfigError(f"--out {out}: exists and is not a directory; choose another --out")
     names = {p.name for p in out.iterdir()}
-    if not names or (kind == "run" and names == {".lock"}):
-        return False  # empty, or a run that was killed before it wrote anything
+    if not names or (kind == "run" and _unstarted_run(out, names)):
+        return False  # empty, or a run that was killed before its config was written
     found = dir_kind(out)
     if found == kind:
         return True
