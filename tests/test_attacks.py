@@ -159,11 +159,13 @@ def test_a_grown_manifest_or_config_is_refused_from_its_size(
 
 
 @pytest.mark.slow
-def test_weights_are_held_once_when_loaded(tmp_path: Path, memory_cap: Callable[[], None]) -> None:
-    """A run whose weights take 400 MB loads in a process capped at 1 GiB over an import of
-    seqrec: read whole, hashed and then copied into a built model they took three times that."""
+def test_weights_are_held_once_when_loaded(tmp_path: Path) -> None:
+    """A run whose weights take 400 MB: loading it raises the process's peak resident memory
+    by at most 1.4 times that (measured: 1.2; read whole, hashed, then copied into a freshly
+    built model, the weights took 2.2 times their size)."""
     import torch
 
+    from seqrec.checkpoint import build_model
     from seqrec.rundir import RunDir
 
     cfg = load_config(
@@ -175,18 +177,28 @@ def test_weights_are_held_once_when_loaded(tmp_path: Path, memory_cap: Callable[
     items = [str(i) for i in range(1, n_items + 1)]
     run.start({**cfg.to_dict(), "source": {}}, {"items": items, "n_users": n_users}, None)
     with torch.device("meta"):
-        from seqrec.checkpoint import build_model
-
         shapes = {k: v.shape for k, v in build_model(cfg, n_items, n_users).state_dict().items()}
     run.save_model({k: torch.zeros(s) for k, s in shapes.items()})
-    proc = _capped(
-        "import sys; from seqrec.checkpoint import load_run; "
-        "r = load_run(sys.argv[1]); print(sum(p.numel() for p in r.model.parameters()))",
-        str(run.path),
-        cap=memory_cap,
+    size = (run.path / "model.pt").stat().st_size
+    code = (
+        "import resource, sys\n"
+        "from seqrec.checkpoint import load_run\n"
+        "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "r = load_run(sys.argv[1])\n"
+        "print(sum(p.numel() for p in r.model.parameters()))\n"
+        "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(run.path)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert int(proc.stdout) == sum(torch.Size(s).numel() for s in shapes.values())
+    params, grew = (int(x) for x in proc.stdout.split())
+    assert params == sum(torch.Size(s).numel() for s in shapes.values())
+    assert grew <= 1.4 * size, f"{grew / size:.2f} times the weights"
 
 
 # ----------------------------------------------------------------- every size bounded, by formula
