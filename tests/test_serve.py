@@ -426,7 +426,9 @@ def test_a_known_user_is_asked_for_by_id_alone(tiny_runs: dict[str, Path]) -> No
         status, out = _call(url, "/recommend", {"user": user, "k": 5})
         assert status == 200 and out["user_known"] is True
         assert [r["item"] for r in out["items"]] == [i for i, _ in rec.recommend_user(user, k=5)]
-        assert _call(url, "/recommend", {"user": "nobody", "k": 5})[0] == 422
+        status, err = _call(url, "/recommend", {"user": "nobody", "k": 5})
+        assert status == 422
+        assert err["detail"].startswith('user "nobody" is not a user of the training data')
         assert _call(url, "/recommend", {"k": 5})[0] == 422
 
 

@@ -280,8 +280,9 @@ def _schemas(rec: Recommender, opts: ServeOptions) -> Any:
         user: Item | None = pydantic.Field(
             None,
             description="the user's id in the training data, for models with a per-user term "
-            "(BPR-MF, FPMC, Caser); an id not there, or none, is an anonymous history (the user "
-            "term is left out)",
+            "(BPR-MF, FPMC, Caser); without `history`, that user's training history is scored. "
+            "With `history`, an id not there is an anonymous history (the user term is left "
+            "out); without it, an unknown id is a 422 that names it",
         )
 
     example_item = rec.item_ids[0] if rec.item_ids else 1
@@ -374,6 +375,10 @@ def _recommend_routes(
 
     from seqrec.batching import MicroBatcher, Overloaded
 
+    def shown(value: Any) -> str:  # an id in an error line: its JSON, cut to 60 characters
+        text = json.dumps(value, ensure_ascii=False)
+        return text if len(text) <= 60 else text[:57] + "..."
+
     def check_length(history: list[Any]) -> None:
         if len(history) > opts.max_history:
             raise fastapi.HTTPException(
@@ -415,6 +420,12 @@ def _recommend_routes(
             ids, dropped = enc.ids, enc.unknown
         elif row is not None and rec.dataset is not None:  # a known user, by id
             ids, dropped = rec.dataset.sequences[row], []
+        elif req.user is not None:
+            raise fastapi.HTTPException(
+                422,
+                f"user {shown(req.user)} is not a user of the training data: give its history "
+                "(an unknown user's history is scored as an anonymous one)",
+            )
         else:
             raise fastapi.HTTPException(
                 422, "give a history, or the id of a user of the training data as user"
