@@ -51,6 +51,21 @@ def test_a_piped_training_writes_a_line_per_epoch_and_no_redraws(tmp_path: Path)
     )
     assert ev.returncode == 0 and "\r" not in ev.stderr
     assert ev.stderr.count("\n") <= 3 and "evaluate test: " in ev.stderr
+    # recommendations for a file of histories, piped: no bar frames (they once went in)
+    log = tmp_path / "log.csv"
+    rows = synthetic_interactions(n_users=30, n_items=40, seed=9).select("user", "item")
+    rows.write_csv(log)
+    argv = [sys.executable, "-m", "seqrec", "recommend", str(out), "--input", str(log)]
+    rec = subprocess.run(
+        [*argv, "--output", str(tmp_path / "recs.csv"), "--unknown", "drop"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert rec.returncode == 0, rec.stderr
+    assert "\r" not in rec.stderr and "recommend:" not in rec.stderr
+    assert (tmp_path / "recs.csv").read_text().count("\n") == 30 * 10 + 1
 
 
 def test_the_mode_follows_the_terminal_or_the_setting(

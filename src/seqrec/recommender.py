@@ -29,7 +29,6 @@ from typing import Any, Literal
 import numpy as np
 import polars as pl
 import torch
-from tqdm import tqdm
 
 from seqrec.checkpoint import Run, load_run
 from seqrec.data.ids import IdCodec
@@ -39,6 +38,7 @@ from seqrec.data.preprocess import left_pad
 from seqrec.errors import ConfigError, DataError, SeqrecError
 from seqrec.evaluate import SCORES_BYTES, score_plan
 from seqrec.files import bound, read_checked
+from seqrec.progress import Progress
 from seqrec.provenance import atomic_write
 from seqrec.rundir import RunDir
 
@@ -256,7 +256,7 @@ class Recommender:
         out: list[list[tuple[Any, float]]] = [[] for _ in histories]
         # batches of similar lengths pad little; the answers go back to the input order
         order = np.argsort([len(h) for h in histories], kind="stable")
-        bar = tqdm(total=len(histories), desc="recommend", unit="history", disable=not progress)
+        bar = Progress(len(histories), "recommend", enabled=progress, unit="history")
         # rows a batch, so that its (rows, catalogue) scores stay within evaluation's bound; a
         # catalogue too large for that is read in blocks of items (evaluate.score_plan)
         step, width = score_plan(self.model, self.n_items, self.batch_size, self.scores_bytes)

@@ -23,9 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from tqdm import tqdm
-
 from seqrec.errors import DownloadError
+from seqrec.progress import Progress
 from seqrec.provenance import atomic_write
 
 __all__ = ["DATASETS", "DatasetSource", "cache_dir", "dataset_path", "download_file", "fetch"]
@@ -159,15 +158,16 @@ def _download_once(
             req = urllib.request.Request(url, headers={"User-Agent": "seqrec"})
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 total = int(resp.headers.get("Content-Length") or 0) or None
-                with tqdm(
-                    total=total, unit="B", unit_scale=True, desc=dest.name, disable=not progress
-                ) as bar:
+                bar = Progress(total or 0, dest.name, enabled=progress, unit="B")
+                try:
                     while chunk := resp.read(1 << 20):
                         out.write(chunk)
                         h_md5.update(chunk)
                         h_sha.update(chunk)
                         received += len(chunk)
                         bar.update(len(chunk))
+                finally:
+                    bar.close()
         except urllib.error.HTTPError as e:
             raise DownloadError(f"{url}: HTTP {e.code} {e.reason}") from None
         except urllib.error.URLError as e:

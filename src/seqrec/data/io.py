@@ -31,9 +31,9 @@ from typing import Any, Literal
 
 import numpy as np
 import polars as pl
-from tqdm import tqdm
 
 from seqrec.errors import DataError
+from seqrec.progress import Progress
 
 __all__ = [
     "FORMATS",
@@ -414,7 +414,9 @@ def read_steam_reviews(path: str | Path, *, progress: bool = True) -> pl.DataFra
     times: list[int] = []
     epoch = date(1970, 1, 1)
     lines = raw.decode("utf-8", errors="replace").splitlines()
-    for n, line in enumerate(tqdm(lines, desc="steam", unit="line", disable=not progress), 1):
+    bar = Progress(len(lines), "steam", enabled=progress, unit="line")
+    for n, line in enumerate(lines, 1):
+        bar.update(1)
         if not line.strip():
             continue
         try:
@@ -432,6 +434,7 @@ def read_steam_reviews(path: str | Path, *, progress: bool = True) -> pl.DataFra
         users.append(str(rec["username"]))
         items.append(str(rec["product_id"]))
         times.append((date.fromisoformat(d) - epoch).days * 86_400)
+    bar.close()
     if not users:
         raise DataError(f"{path}: no records, expected Steam review dicts")
     return _frame(pl.Series(users), pl.Series(items), pl.Series(times, dtype=pl.Int64))
