@@ -98,3 +98,28 @@ def test_similar_items_histories_and_evaluate() -> None:
     metrics = model.evaluate(protocols=("full", "pop100"))
     assert set(metrics) == {"full", "pop100"} and 0 <= metrics["full"]["ndcg@10"] <= 1
     assert model.metrics_ is not None and model.metrics_["test"]["full"] == metrics["full"]
+
+
+def test_the_time_split_as_keywords_and_an_unquoted_date() -> None:
+    """`split="time", time_cut=...` by name (a string, a date or a datetime), and a date given
+    unquoted in `set` or on the command line (it was a confusing type error without the inner
+    quotes)."""
+    import datetime as dt
+
+    from seqrec.config import RunConfig, load_config
+
+    for cut, want in [
+        ("2000-12-01", "2000-12-01"),
+        (dt.date(2000, 12, 1), "2000-12-01"),
+        (dt.datetime(2000, 12, 1, 6, 30), "2000-12-01T06:30:00"),
+        (0.8, 0.8),
+    ]:
+        data = seqrec.SASRec(split="time", time_cut=cut).run_config().data
+        assert (data.split, data.time_cut) == ("time", want)
+    cfg = load_config(RunConfig, None, ['model="sasrec"', "data.time_cut=2000-12-01"])
+    assert cfg.data.time_cut == "2000-12-01"
+    assert seqrec.SASRec(set=["data.time_cut=2000-12-01"]).run_config().data.time_cut == (
+        "2000-12-01"
+    )
+    with pytest.raises(ConfigError, match="unknown parameter 'time_cutt'"):
+        seqrec.SASRec(time_cutt=0.5).run_config()

@@ -7,6 +7,7 @@ wrong type are errors, never silently ignored.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import math
 import tomllib
 import types
@@ -445,6 +446,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if tp is str:
         if isinstance(value, str):
             return value
+        if isinstance(value, dt.date | dt.time):  # TOML's unquoted dates: their ISO text
+            return value.isoformat()
         raise ConfigError(f"{where}: expected a string, got {value!r}")
     return value
 

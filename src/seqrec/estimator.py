@@ -18,6 +18,7 @@ Parameters are the fields of the model's config sections and of [train] (`d_mode
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import shutil
 import tempfile
@@ -98,7 +99,7 @@ class Model:
         base = load_config(RunConfig, self.config) if self.config else default_config(self.model)
         if base.model != self.model:
             raise ConfigError(f"config {self.config!r} is a {base.model} recipe, not {self.model}")
-        overrides = [f"{self._key(base, k)}={json.dumps(v)}" for k, v in self.params.items()]
+        overrides = [f"{self._key(base, k)}={_toml(v)}" for k, v in self.params.items()]
         if self.time_budget is not None:
             overrides.append(f"train.time_budget={json.dumps(self.time_budget)}")
         cfg = load_config(RunConfig, None, [*overrides, *self.set], base=base)
@@ -108,16 +109,13 @@ class Model:
         return validate_training(cfg)
 
     def _key(self, cfg: RunConfig, name: str) -> str:
-        """The dotted key of a parameter: the model's sections first, then [train]."""
-        for section, value in cfg.sections:
+        """The dotted key of a parameter: the model's sections first, then [train], then [data]
+        (`split="time", time_cut="2000-12-01"`)."""
+        sections = [*cfg.sections, ("train", cfg.train), ("data", cfg.data)]
+        for section, value in sections:
             if name in {f.name for f in dataclasses.fields(value)}:
                 return f"{section}.{name}"
-        if name in {f.name for f in dataclasses.fields(cfg.train)}:
-            return f"train.{name}"
-        known = sorted(
-            {f.name for _, v in cfg.sections for f in dataclasses.fields(v)}
-            | {f.name for f in dataclasses.fields(cfg.train)}
-        )
+        known = sorted({f.name for _, v in sections for f in dataclasses.fields(v)})
         raise ConfigError(
             f"{type(self).__name__}: unknown parameter {name!r}; known: {', '.join(known)} "
             "(set=['section.key=value'] reaches any other key)"
@@ -321,6 +319,13 @@ class BERT4Rec(Model):
         params = super().get_params(deep)
         params.pop("model")
         return params
+
+
+def _toml(value: Any) -> str:
+    """A parameter's value as an override's TOML text; a date or datetime as its ISO text."""
+    if isinstance(value, dt.date | dt.time):
+        value = value.isoformat()
+    return json.dumps(value)
 
 
 def load(path: str | Path, *, device: str = "auto", trust: bool = False) -> Model:
