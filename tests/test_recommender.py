@@ -151,7 +151,9 @@ def test_cli_recommend_history_and_file(
     df = pl.read_parquet(recs)
     assert df.columns == ["user", "rank", "item", "score", "title"] and df.height == 6
     got_a = df.filter(pl.col("user") == "a").get_column("item").to_list()
-    assert got_a == [str(i) for i, _ in rec.recommend([ids[0], ids[1]], k=3)]
+    # integer ids stay integers (they were written as text)
+    assert all(isinstance(i, int) for i in ids) and df.schema["item"] == pl.Int64
+    assert got_a == [i for i, _ in rec.recommend([ids[0], ids[1]], k=3)]
     assert main(["recommend", run, "--input", str(log), "--quiet"]) == 2
     assert "needs --output" in capsys.readouterr().err
 

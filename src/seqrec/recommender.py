@@ -519,11 +519,20 @@ def write_recommendations(
     if p.suffix not in (".parquet", ".csv"):
         raise ConfigError(f"{p}: the output must be a .parquet or .csv file")
     rows = [
-        (u, r, str(item), score)
+        (u, r, item, score)
         for u, rr in zip(users, recs, strict=True)
         for r, (item, score) in enumerate(rr, 1)
     ]
-    df = pl.DataFrame(rows, schema=["user", "rank", "item", "score"], orient="row")
+    # the ids keep their type: integer ids stay integers (the run's vocab holds them as such)
+    integers = all(isinstance(row[2], int) and not isinstance(row[2], bool) for row in rows)
+    item_type = pl.Int64 if integers else pl.String
+    if not integers:
+        rows = [(u, r, str(item), score) for u, r, item, score in rows]
+    df = pl.DataFrame(
+        rows,
+        schema={"user": None, "rank": pl.Int64, "item": item_type, "score": pl.Float64},
+        orient="row",
+    )
     if rec is not None and rec.metadata is not None:
         titles = [(rec.describe(i) or {}).get("title") for i in df.get_column("item")]
         df = df.with_columns(pl.Series("title", titles, dtype=pl.String))
