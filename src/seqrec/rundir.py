@@ -338,9 +338,10 @@ class RunDir:
         path = self.path / name
         limit = self._weights_bound(name)
         hint = "the bound the run's config implies for it"
+        digests = self._digests(trust=self.trust)  # before the file: a writer records first
         with checked_open(path, limit, root=self.path, error=RunError, hint=hint) as f:
-            if self._must_verify(name):
-                self._verify(name, hash_file(f))
+            if _covered(digests, name, self.trust):
+                self._verify(name, hash_file(f), digests)
             return load_tensors(path, f)
 
     def _weights_bound(self, name: str) -> int:
@@ -362,24 +363,17 @@ class RunDir:
         the run, a regular file within its kind's bound), and only if their sha256 is the one
         the manifest records for the name."""
         kind = {CONFIG: "config", VOCAB: "vocab", METRICS: "metrics"}[name]
+        digests = self._digests(trust=self.trust)  # before the file: a writer records first
         data = read_checked(self.path / name, bound(kind), root=self.path, error=RunError)
-        if self._must_verify(name):
-            self._verify(name, hashlib.sha256(data).hexdigest())
+        if _covered(digests, name, self.trust):
+            self._verify(name, hashlib.sha256(data).hexdigest(), digests)
         return data
 
-    def _must_verify(self, name: str) -> bool:
-        """Whether the manifest covers `name`: always, but for a trusted run without a manifest
-        or whose (older) manifest names only the weight files."""
-        digests = self._digests(trust=self.trust)
-        if digests is None:
-            return False
-        pending: dict[str, str] = digests.get(PENDING) or {}
-        return not (self.trust and name not in digests and name not in pending)
-
-    def _verify(self, name: str, digest: str) -> None:
-        """`digest` must be the sha256 the manifest records (or holds pending) for `name`."""
+    def _verify(self, name: str, digest: str, digests: dict[str, Any] | None) -> None:
+        """`digest` must be the sha256 the manifest (`digests`, read before the file) records,
+        or holds pending, for `name`."""
         path = self.path / name
-        digests = self._digests(trust=self.trust) or {}
+        digests = digests or {}
         pending: dict[str, str] = digests.get(PENDING) or {}
         if name not in digests and name not in pending:
             raise RunError(
@@ -481,6 +475,15 @@ class EventLog:
 
     def close(self) -> None:
         self._writer.close()
+
+
+def _covered(digests: dict[str, Any] | None, name: str, trust: bool) -> bool:
+    """Whether the manifest covers `name`: always, but for a trusted run without a manifest or
+    whose (older) manifest names only the weight files."""
+    if digests is None:
+        return False
+    pending: dict[str, str] = digests.get(PENDING) or {}
+    return not (trust and name not in digests and name not in pending)
 
 
 def _digest_map(data: Any) -> bool:
