@@ -37,6 +37,7 @@ __all__ = [
     "bound",
     "check_name",
     "checked_open",
+    "env_bytes",
     "hash_file",
     "json_object",
     "read_checked",
@@ -58,10 +59,15 @@ _CHUNK = 1 << 20
 
 def bound(kind: str) -> int:
     """The size bound of files of `kind` (BOUNDS), or $SEQREC_MAX_<KIND>_BYTES."""
-    name = f"SEQREC_MAX_{kind.upper()}_BYTES"
+    return env_bytes(f"SEQREC_MAX_{kind.upper()}_BYTES", BOUNDS[kind])
+
+
+def env_bytes(name: str, default: int) -> int:
+    """A number of bytes from the environment variable `name` (positive), or `default` when it
+    is unset; one ConfigError line naming the variable otherwise."""
     text = os.environ.get(name)
     if not text:
-        return BOUNDS[kind]
+        return default
     try:
         value = int(text)
     except ValueError:

@@ -93,6 +93,7 @@ class RunDir:
     def __init__(self, path: str | Path, *, trust: bool = False) -> None:
         self.path = Path(path)
         self.trust = trust
+        self._parameter_bytes: int | None = None  # the weights' bound's base (_weights_bound)
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
@@ -350,10 +351,12 @@ class RunDir:
         the optimiser's two moments), with room for the rest of a checkpoint."""
         from seqrec.sizes import memory
 
-        vocab = self.vocab()
-        params = memory(self.config(), len(vocab["items"]), int(vocab.get("n_users", 0)))
-        copies = 1 if name == WEIGHTS else 4
-        return copies * params.parameters + params.parameters // 20 + (64 << 20)
+        if self._parameter_bytes is None:  # config and vocab are written once, at the start
+            vocab = self.vocab()
+            n_items, n_users = len(vocab["items"]), int(vocab.get("n_users", 0))
+            self._parameter_bytes = memory(self.config(), n_items, n_users).parameters
+        size = self._parameter_bytes
+        return (1 if name == WEIGHTS else 4) * size + size // 20 + (64 << 20)
 
     def _read_json(self, name: str) -> dict[str, Any]:
         return json_object(self._read_verified(name), self.path / name, RunError)

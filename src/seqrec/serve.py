@@ -177,6 +177,12 @@ class _TooLarge(Exception):
     pass
 
 
+def _shown(value: Any) -> str:
+    """An id in an error line: its JSON, cut to 60 characters."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _json_content(value: bytes | None) -> bool:
     """Whether a request body of this Content-Type is read as JSON by FastAPI: application/json
     or application/<anything>+json (the fast route takes only these; a body without one is the
@@ -375,10 +381,6 @@ def _recommend_routes(
 
     from seqrec.batching import MicroBatcher, Overloaded
 
-    def shown(value: Any) -> str:  # an id in an error line: its JSON, cut to 60 characters
-        text = json.dumps(value, ensure_ascii=False)
-        return text if len(text) <= 60 else text[:57] + "..."
-
     def check_length(history: list[Any]) -> None:
         if len(history) > opts.max_history:
             raise fastapi.HTTPException(
@@ -423,7 +425,7 @@ def _recommend_routes(
         elif req.user is not None:
             raise fastapi.HTTPException(
                 422,
-                f"user {shown(req.user)} is not a user of the training data: give its history "
+                f"user {_shown(req.user)} is not a user of the training data: give its history "
                 "(an unknown user's history is scored as an anonymous one)",
             )
         else:

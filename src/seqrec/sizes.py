@@ -17,11 +17,11 @@ against it, training checks all three together.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from seqrec.errors import ConfigError
+from seqrec.files import env_bytes
 
 if TYPE_CHECKING:
     from seqrec.config import RunConfig
@@ -50,14 +50,7 @@ class Memory:
 
 def max_model_bytes() -> int:
     """The bound: 8 GiB, or $SEQREC_MAX_MODEL_BYTES."""
-    text = os.environ.get("SEQREC_MAX_MODEL_BYTES")
-    try:
-        value = int(text) if text else MAX_MODEL_BYTES
-    except ValueError:
-        raise ConfigError(f"$SEQREC_MAX_MODEL_BYTES={text!r}: expected a number") from None
-    if value < 1:
-        raise ConfigError(f"$SEQREC_MAX_MODEL_BYTES={text!r}: expected a positive number")
-    return value
+    return env_bytes("SEQREC_MAX_MODEL_BYTES", MAX_MODEL_BYTES)
 
 
 def memory(cfg: RunConfig, n_items: int, n_users: int = 0) -> Memory:
@@ -68,7 +61,7 @@ def memory(cfg: RunConfig, n_items: int, n_users: int = 0) -> Memory:
     params = entry(cfg.model).parameters(n_items, n_users, cfg) * _FLOAT
     section = cfg.sections[0][1] if cfg.sections else None
     length = int(getattr(section, "max_len", 1))
-    width = max(int(getattr(section, key, 0) or 0) for key in ("d_model", "hidden", "factors", "_"))
+    width = max(int(getattr(section, key, 0)) for key in ("d_model", "hidden", "factors"))
     layers = int(getattr(section, "n_layers", 1) or 0) + 1  # and the embedding layer
     heads = getattr(section, "n_heads", None)
     rows = cfg.train.batch_size * length  # positions in one batch

@@ -132,9 +132,7 @@ def check_column_types(
             )
     if time_col is not None:
         dtype = schema[time_col]
-        if dtype.is_nested() or not (
-            dtype.is_numeric() or dtype.is_temporal() or dtype == pl.String
-        ):
+        if not (dtype.is_numeric() or dtype.is_temporal() or dtype == pl.String):
             raise DataError(
                 f"{where}: column {time_col!r} is {dtype}, expected a datetime, a date, a "
                 "number or text"

@@ -242,7 +242,7 @@ def _note_unfiltered(source: Path, df: pl.DataFrame) -> None:
 
 def _default_dir(name: str, key: dict[str, Any]) -> Path:
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
-    return download.cache_dir() / "prepared" / f"{check_name(name, 'dataset name')}-{digest}"
+    return download.cache_dir() / "prepared" / f"{name}-{digest}"
 
 
 def _dataset_name(path: Path) -> str:
@@ -281,6 +281,8 @@ def prepare(
     `force`. It may not be or contain the source file or any of `inputs` (paths the caller
     reads, such as a run directory). Refusals are one ConfigError line, before anything is
     read."""
+    if name is not None:  # it names a folder of the cache
+        check_name(name, "dataset name")
     data_cfg = _with_columns(data_cfg or DataConfig(), user_col, item_col, time_col)
     eval_cfg = eval_cfg or EvalConfig()
     out = None if out is None else Path(out)
