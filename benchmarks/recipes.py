@@ -1,34 +1,42 @@
-"""The named recipes for any log (`sasrec-ce`, `bert4rec`, `gru4rec-plus`) on three logs of
-different shapes, each at the same time budget, beside POP: which to start with.
+"""The recipes for any log (`sasrec-ce`, `bert4rec`, `gru4rec-plus`, and LRURec's defaults
+fitted to the data, as `seqrec.Model("lrurec")` trains) on three logs of different shapes, each
+capped by the same time budget, beside POP: which to start with. And (`--own-data FILE`) the
+README's "Your own data" snippet as written, no budget, on a MovieLens ratings file read as a
+user's own log.
 
     python benchmarks/recipes.py [--data-dir DIR] [--runs-dir DIR] [--budget 5m]
         [--recipe sasrec-ce ...] [--log ml-1m|beauty|synthetic ...] [--name recipes]
+    python benchmarks/recipes.py --own-data ratings_PARTIAL_users0001-2999.dat.gz [--name own_data]
 
 The logs: the papers' ML-1M (6,040 users, 3,416 items, long histories), the papers' Beauty
 (40,226 users, 54,542 items, short histories) and a synthetic long-tail log with string ids and
 custom column names (written as a CSV under the runs directory: 20,000 users, 30,000 items,
 Zipf popularity, histories of 3 to 60 items, half of the next items predictable). Each recipe
-fits its sizes to each log when the run starts (`adapt`); the results record what it chose. A
-finished run in RUNS_DIR/recipes-<log>-<recipe> is reported as it was trained.
+fits its sizes (and, beyond 32,768 items, its loss) to each log when the run starts (`adapt`);
+the results record what it chose, and the epochs the budget was estimated to buy
+(`seqrec.train.epochs_bought`, timed before the run) beside the epochs it trained. A finished
+run in RUNS_DIR/recipes-<log>-<recipe> is reported as it was trained.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from _common import paper_beauty, paper_ml1m, runs_dir, train_or_reuse, write_results
-from seqrec.config import RunConfig, load_config
-from seqrec.data.prepared import prepare
+from seqrec.config import ANY_LOG_ADAPT, RunConfig, adapt_to_data, load_config
+from seqrec.data.prepared import PreparedDataset, prepare
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.models.baselines.pop import Popularity
 from seqrec.rundir import RunDir
+from seqrec.train import epochs_bought
 
-RECIPES = ("sasrec-ce", "bert4rec", "gru4rec-plus")
+RECIPES = ("sasrec-ce", "bert4rec", "gru4rec-plus", "lrurec")
 LOGS = ("ml-1m", "beauty", "synthetic")
 SYNTHETIC = {"n_users": 20_000, "n_items": 30_000, "min_len": 3, "max_len": 60, "p_next": 0.5}
 
@@ -57,6 +65,21 @@ def source(log: str, args: argparse.Namespace) -> tuple[Path, list[str]]:
     return synthetic_log(runs_dir(args.runs_dir) / "data"), sets
 
 
+def recipe_config(recipe: str, sets: list[str], budget: str) -> RunConfig:
+    """A recipe's config for a log: a shipped recipe by name, or ("lrurec") the model's
+    defaults with their sizes fitted to the data, as `seqrec.Model("lrurec")` trains."""
+    overrides = [*sets, f"train.time_budget={json.dumps(budget)}"]
+    if recipe in ("lrurec",):
+        return load_config(RunConfig, None, [ANY_LOG_ADAPT, f"model={recipe!r}", *overrides])
+    return load_config(RunConfig, recipe, overrides)
+
+
+def estimate(ds: PreparedDataset, cfg: RunConfig) -> float:
+    """The epochs the budget buys by `epochs_bought`'s timing, of the sizes the run fits."""
+    fitted, _ = adapt_to_data(cfg, ds.split.training(cfg.train.train_on).lengths, ds.n_items)
+    return epochs_bought(ds, fitted)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data-dir")
@@ -64,22 +87,25 @@ def main() -> None:
     ap.add_argument("--budget", default="5m")
     ap.add_argument("--recipe", action="append", choices=RECIPES, help="repeatable")
     ap.add_argument("--log", action="append", choices=LOGS, help="repeatable")
-    ap.add_argument("--name", default="recipes", help="results file name")
+    ap.add_argument("--name", help="results file name (default: recipes, or own_data)")
+    ap.add_argument("--own-data", metavar="FILE", help="the README snippet on a ratings file")
     args = ap.parse_args()
+    if args.own_data:
+        own_data(Path(args.own_data), args.name or "own_data")
+        return
     rows: list[dict[str, Any]] = []
     runs = []
     for log in args.log or LOGS:
         src, sets = source(log, args)
         pop: dict[str, Any] | None = None
         for recipe in args.recipe or RECIPES:
-            cfg = load_config(
-                RunConfig, recipe, [*sets, f"train.time_budget={json.dumps(args.budget)}"]
-            )
+            cfg = recipe_config(recipe, sets, args.budget)
             ds = prepare(src, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=False)
             if pop is None:  # POP on the same prepared data: the bar a model must clear
                 report = ds.evaluate(Popularity.fit(ds.split.train), "test")
                 pop = report.metrics["full"]
             out = runs_dir(args.runs_dir) / f"recipes-{log}-{recipe}"
+            bought = None if RunDir(out, trust=True).finished else estimate(ds, cfg)
             m, _ = train_or_reuse(ds, cfg, out, src)
             runs.append(out)
             trained = RunDir(out, trust=True).config()  # the sizes it fitted, as recorded
@@ -92,7 +118,13 @@ def main() -> None:
                     "items": ds.n_items,
                     "max_len": getattr(trained, section).max_len,
                     "batch_size": trained.train.batch_size,
+                    "loss": trained.train.loss,
+                    "n_negatives": trained.train.n_negatives
+                    if trained.train.loss != "ce"
+                    else None,
                     "epochs": m["epochs"],
+                    "epochs_estimate": bought,
+                    "stopped": m["stopped"],
                     "seq_per_s": m["seq_per_s"],
                     "train_time_s": m["train_time_s"],
                     "test": m["test"]["full"],
@@ -106,12 +138,86 @@ def main() -> None:
         "protocol": "leave-one-out test split, full ranking, state chosen on validation full "
         "NDCG@10",
         "budget": args.budget,
+        "recipes": list(args.recipe or RECIPES),
         "synthetic": SYNTHETIC,
         "data": {log: str(source(log, args)[0].name) for log in args.log or LOGS},
         "rows": rows,
         "best": _best(rows),
     }
-    paths = write_results(args.name, payload, md, seeds={"train": 0, "synthetic_log": 0}, runs=runs)
+    seeds = {"train": 0, "synthetic_log": 0}
+    paths = write_results(args.name or "recipes", payload, md, seeds=seeds, runs=runs)
+    print(md)
+    print("wrote", *paths)
+
+
+def own_data(path: Path, name: str) -> None:
+    """The README's "Your own data" snippet as written, on a MovieLens `ratings.dat` read into
+    a DataFrame as a user's log (user, item, rating, time: the rating unused): fit with no
+    budget, the test split under full ranking beside POP's on the same prepared data, and the
+    whole call timed (preparation and evaluation included)."""
+    import seqrec
+
+    started = time.perf_counter()
+    raw = pl.read_csv(path, separator=":", has_header=False)  # "::" -> empty columns between
+    df = raw.select(
+        pl.col("column_0").alias("user_id"),
+        pl.col("column_2").alias("sku"),
+        pl.col("column_6").alias("ts"),
+    )
+    # the snippet
+    model = seqrec.SASRec().fit(df, user_col="user_id", item_col="sku", time_col="ts")
+    metrics = model.evaluate()  # test split: full, uni100, pop100
+    wall = time.perf_counter() - started
+    ds = model.dataset_
+    pop = ds.evaluate(Popularity.fit(ds.split.train), "test").metrics
+    m = model.metrics_ or {}
+    cfg = RunDir(model.run_dir_).config()
+    section = next(s for n, s in cfg.sections if hasattr(s, "max_len"))
+    ratio = metrics["full"]["ndcg@10"] / pop["full"]["ndcg@10"]
+    payload = {
+        "protocol": "leave-one-out test split (full, uni100, pop100), the state chosen on "
+        "validation full NDCG@10; the log kept whole (no k-core)",
+        "data": path.name,
+        "snippet": 'seqrec.SASRec().fit(df, user_col="user_id", item_col="sku", time_col="ts")',
+        "users": ds.n_users,
+        "items": ds.n_items,
+        "actions": ds.stats["actions"],
+        "max_len": section.max_len,
+        "batch_size": cfg.train.batch_size,
+        "epochs": m.get("epochs"),
+        "best_epoch": m.get("best_epoch"),
+        "stopped": m.get("stopped"),
+        "lr_reductions": m.get("lr_reductions"),
+        "steps_set_by": m.get("steps_set_by"),
+        "wall_s": round(wall, 1),
+        "train_time_s": m.get("train_time_s"),
+        "seq_per_s": m.get("seq_per_s"),
+        "test": metrics,
+        "pop": pop,
+        "ratio_to_pop": ratio,
+        "config": cfg.to_dict(),
+    }
+    md = "\n".join(
+        [
+            "# The README's own-data snippet, no budget",
+            "",
+            f"`{payload['snippet']}` on `{path.name}` ({ds.n_users:,} users, {ds.n_items:,} "
+            f"items, {ds.stats['actions']:,} interactions, kept whole).",
+            "",
+            "| | full NDCG@10 | full HR@10 | pop100 NDCG@10 |",
+            "|---|---|---|---|",
+            f"| SASRec (sasrec-ce) | {metrics['full']['ndcg@10']:.4f} | "
+            f"{metrics['full']['hr@10']:.4f} | {metrics['pop100']['ndcg@10']:.4f} |",
+            f"| POP | {pop['full']['ndcg@10']:.4f} | {pop['full']['hr@10']:.4f} | "
+            f"{pop['pop100']['ndcg@10']:.4f} |",
+            "",
+            f"{m.get('epochs')} epochs ({m.get('stopped')}, the state of epoch "
+            f"{m.get('best_epoch')}), the rate halved after epochs {m.get('lr_reductions')}; "
+            f"the whole snippet took {wall / 60:.1f} minutes (training "
+            f"{float(m.get('train_time_s') or 0) / 60:.1f}); {ratio:.1f} x POP's full NDCG@10.",
+        ]
+    )
+    paths = write_results(name, payload, md, seeds={"train": 0}, runs=[model.run_dir_])
     print(md)
     print("wrote", *paths)
 
@@ -131,16 +237,22 @@ def _markdown(rows: list[dict[str, Any]], budget: str) -> str:
         "Test split, full ranking (every item a candidate), the state chosen on validation; "
         "POP on the same data beside each log.",
         "",
-        "| log | users | items | recipe | max_len | batch | epochs | seq/s | HR@10 | NDCG@10 "
-        "| POP NDCG@10 |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| log | users | items | recipe | max_len | batch | loss | epochs (estimated) "
+        "| stopped | seq/s | HR@10 | NDCG@10 | POP NDCG@10 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         t = r["test"]
+        loss = r.get("loss", "")
+        if r.get("n_negatives"):
+            loss = f"{loss} ({r['n_negatives']:,})"
+        est = r.get("epochs_estimate")
+        epochs = f"{r['epochs']}" + (f" ({est:.1f})" if est is not None else "")
         lines.append(
             f"| {r['log']} | {r['users']:,} | {r['items']:,} | {r['recipe']} | {r['max_len']} "
-            f"| {r['batch_size']} | {r['epochs']} | {r['seq_per_s']:.0f} | {t['hr@10']:.4f} "
-            f"| {t['ndcg@10']:.4f} | {r['pop']['ndcg@10']:.4f} |"
+            f"| {r['batch_size']} | {loss} | {epochs} | {r.get('stopped', '')} "
+            f"| {r['seq_per_s']:.0f} | {t['hr@10']:.4f} | {t['ndcg@10']:.4f} "
+            f"| {r['pop']['ndcg@10']:.4f} |"
         )
     best = _best(rows)
     lines += ["", "Best per log: " + "; ".join(f"{k}: {v}" for k, v in best.items()) + "."]

@@ -275,7 +275,7 @@ def test_sasrec_without_a_config_starts_from_the_sasrec_ce_recipe(
     recipe = load_config(RunConfig, "sasrec-ce")
     assert got["train"]["loss"] == "ce"
     # the recipe's schedule and sizes, the explicit --set values winning
-    assert (got["train"]["lr"], got["train"]["decay"]) == (recipe.train.lr, "budget")
+    assert (got["train"]["lr"], got["train"]["decay"]) == (recipe.train.lr, "plateau")
     assert (got["sasrec"]["max_len"], got["sasrec"]["d_model"]) == (8, 8)
     assert recipe.train.lr != load_config(RunConfig, None, ['model="sasrec"']).train.lr
     assert main([*base, "--out", str(tmp_path / "bce"), "--set", 'train.loss="bce"']) == 0

@@ -60,7 +60,9 @@ def test_shipped_configs_parse_by_name() -> None:
         "beauty-bert4rec",
         "steam-bert4rec",
     } <= set(names)
-    assert load_config(RunConfig, "ml-1m") == RunConfig()  # it documents the defaults
+    # it documents the defaults, and the papers' 5-core for any ML-1M file it is used with
+    papers = DataConfig(min_user_interactions=5, min_item_interactions=5)
+    assert load_config(RunConfig, "ml-1m") == RunConfig(data=papers)
     # §4.3: N = 200 / 50 and ρ = 0.2 (MovieLens), 0.4 (Steam), 0.6 (Beauty); L = 2, h = 2, d = 64
     paper = {"ml-1m": (200, 0.2), "ml-20m": (200, 0.2), "steam": (50, 0.4), "beauty": (50, 0.6)}
     for name, (n, rho) in paper.items():
@@ -303,7 +305,7 @@ def test_a_recipe_fits_its_sizes_to_the_data_and_an_explicit_size_wins() -> None
     from seqrec.config import adapt_to_data
 
     cfg = load_config(RunConfig, "sasrec-ce")
-    assert cfg.adapt == ("max_len", "batch_size")
+    assert cfg.adapt == ("max_len", "batch_size", "loss")
     lengths = np.arange(1, 101)  # the 95th percentile: 1 + 0.95 * 99 = 95.05 -> 96 (8 | 96)
     fitted, said = adapt_to_data(cfg, lengths, n_items=20_000)
     assert (fitted.sasrec.max_len, fitted.train.batch_size, fitted.adapt) == (96, 128, ())
@@ -311,13 +313,14 @@ def test_a_recipe_fits_its_sizes_to_the_data_and_an_explicit_size_wins() -> None
     short = np.array([3] * 50)  # never below 16; never above the recipe's 200
     assert adapt_to_data(cfg, short, 100)[0].sasrec.max_len == 16
     assert adapt_to_data(cfg, np.array([900] * 5), 100)[0].sasrec.max_len == 200
-    # the batch halves per doubling of the catalogue beyond 20,000, down to 32
+    # a full softmax's batch halves per doubling of the catalogue beyond 20,000, down to 32
+    ce = dataclasses.replace(cfg, adapt=("max_len", "batch_size"))  # the loss not fitted
     sizes = (20_000, 20_001, 40_000, 40_001)
-    batches = [adapt_to_data(cfg, lengths, n)[0].train.batch_size for n in sizes]
+    batches = [adapt_to_data(ce, lengths, n)[0].train.batch_size for n in sizes]
     assert batches == [128, 64, 64, 32]
-    assert adapt_to_data(cfg, lengths, 10**7)[0].train.batch_size == 32
+    assert adapt_to_data(ce, lengths, 10**7)[0].train.batch_size == 32
     explicit = load_config(RunConfig, "sasrec-ce", ["sasrec.max_len=50"])
-    assert explicit.adapt == ("batch_size",)
+    assert explicit.adapt == ("batch_size", "loss")
     assert adapt_to_data(explicit, lengths, 100)[0].sasrec.max_len == 50
     # a run that fitted its sizes is the same config as the recipe that asked for them
     assert as_trained(cfg, like=fitted) == as_trained(fitted)

@@ -40,7 +40,7 @@ def test_a_dataframe_in_recommendations_out(kind: str, tmp_path: Path) -> None:
     log = _log(kind)
     model = _small().fit(log, user_col="user_id", item_col="sku", time_col="ts")
     users = ["user_3", "user_7", "user_11"]
-    recs = model.recommend(users, k=10, filter_viewed=True)
+    recs = model.recommend(users, k=10, filter_viewed=True, frame="polars")
     assert isinstance(recs, pl.DataFrame) and recs.columns == ["user", "rank", "item", "score"]
     assert recs.height == 30 and recs.group_by("user").len()["len"].to_list() == [10, 10, 10]
     seen = pl.DataFrame({c: list(log[c]) for c in ("user_id", "sku")} if kind == "pandas" else log)
@@ -52,7 +52,7 @@ def test_a_dataframe_in_recommendations_out(kind: str, tmp_path: Path) -> None:
     assert (recs["rank"].to_list()[:10]) == list(range(1, 11))
     # save -> load gives identical recommendations
     saved = model.save(tmp_path / "model")
-    again = seqrec.load(saved).recommend(users, k=10)
+    again = seqrec.load(saved).recommend(users, k=10, frame="polars")
     assert again.drop("score").equals(recs.drop("score"))  # the same items, in the same order
     assert again["score"].to_list() == pytest.approx(recs["score"].to_list(), abs=1e-5)
     # pandas out, on request

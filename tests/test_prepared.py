@@ -168,21 +168,29 @@ def test_a_published_user_item_file_is_not_filtered_again_unless_asked(
     ds5 = prepare(src, out=tmp_path / "5-core", data_cfg=cfg, progress=False)
     assert (ds5.stats["users"], ds5.stats["items"], ds5.stats["actions"]) == (6, 6, 36)
     note = capsys.readouterr().err  # a recipe's k-core on a published file says what it removed
-    assert (
-        "paper.txt: a published `user item` dataset, the configured k-core (5 a user, 5 an " in note
-    )
-    assert "item) keeps 36 of its 39 interactions" in note
+    assert "paper: the 5-user/5-item core removed 1 users, 1 items and 3 of 39 interactions" in note
+    assert ds5.stats["kcore"]["removed"] == {"users": 1, "items": 1, "interactions": 3}
     cfg3 = DataConfig(min_user_interactions=3, min_item_interactions=1)  # removes nothing
     prepare(src, out=tmp_path / "3-core", data_cfg=cfg3, progress=False)
     assert capsys.readouterr().err == ""
 
 
-def test_a_raw_log_gets_the_papers_5_core_by_default(tmp_path: Path) -> None:
+def test_a_raw_log_is_kept_whole_by_default_and_a_papers_dataset_by_name_gets_its_5_core(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     lines = [f"{u}::{i}::5::{10 * u + i}" for u in range(1, 7) for i in range(1, 7)]
     lines += ["7::1::5::1", "7::2::5::2", "7::7::5::3"]
     src = tmp_path / "ratings.dat"
     src.write_text("\n".join(lines) + "\n")
     ds = prepare(src, out=tmp_path / "p", progress=False)
+    assert (ds.stats["users"], ds.stats["items"], ds.stats["actions"]) == (7, 7, 39)
+    # the same file as the dataset `ml-1m` (in the cache, where a download puts it): the
+    # papers' 5-core
+    cached = tmp_path / "home" / "datasets" / "ml-1m" / "ml-1m" / "ratings.dat"
+    cached.parent.mkdir(parents=True)
+    cached.write_text(src.read_text())
+    monkeypatch.setenv("SEQREC_HOME", str(tmp_path / "home"))
+    ds = prepare("ml-1m", out=tmp_path / "named", progress=False)
     assert (ds.stats["users"], ds.stats["items"], ds.stats["actions"]) == (6, 6, 36)
 
 

@@ -44,6 +44,32 @@ def test_the_report_holds_the_runs_numbers_and_needs_no_network(
     assert "exists" in capsys.readouterr().err
 
 
+def test_the_papers_rows_only_on_the_papers_data_and_titles_from_an_items_file(
+    tmp_path: Path,
+) -> None:
+    """A run on a user's own log shows its own metrics and no paper's rows (they are the
+    papers' ML-1M numbers); `--items` gives the top-10s the titles of an items file."""
+    import polars as pl
+
+    import seqrec
+    from seqrec.data.synthetic import synthetic_interactions
+
+    df = synthetic_interactions(n_users=50, n_items=30, min_len=6, max_len=12, seed=2)
+    log = df.select(pl.col("user").alias("user_id"), pl.col("item").alias("sku"), "timestamp")
+    model = seqrec.SASRec(d_model=16, max_len=10, max_epochs=2, threads=1, loss="bce")
+    model.fit(log, user_col="user_id", item_col="sku", time_col="timestamp", progress=False)
+    run = model.save(tmp_path / "run")
+    items = tmp_path / "movies.dat"
+    ids = log["sku"].unique().to_list()
+    items.write_text("".join(f"{i}::Film number {i} (1999)::Drama\n" for i in ids))
+    out = tmp_path / "r.html"
+    assert main(["report", str(run), "--out", str(out), "--items", str(items)]) == 0
+    page = out.read_text()
+    assert "sasrec full" in page and "paper:" not in page  # SASRec+BCE is the paper's label
+    assert "Film number " in page
+    assert main(["report", str(run), "--out", str(tmp_path / "x.html"), "--items", "nope"]) == 2
+
+
 def _colours(png: Path) -> int:
     import numpy as np
     from matplotlib import image

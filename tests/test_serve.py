@@ -441,7 +441,7 @@ def test_the_openapi_schema_types_the_answers_with_examples(
     ok = schema["paths"]["/recommend"]["post"]["responses"]["200"]["content"]
     assert ok["application/json"]["schema"]["$ref"].endswith("/Recommendations")
     answer = schema["components"]["schemas"]["Recommendations"]
-    assert set(answer["properties"]) == {"items", "dropped", "user_known"}
+    assert set(answer["properties"]) == {"items", "dropped", "user_known", "scored_by"}
     assert "example" in answer and answer["example"]["items"][0]["score"] == 3.21
     batch = schema["paths"]["/recommend/batch"]["post"]["responses"]["200"]["content"]
     assert batch["application/json"]["schema"]["$ref"].endswith("/BatchRecommendations")
@@ -494,3 +494,40 @@ def test_both_http_paths_answer_every_request_alike(server: tuple[str, Recommend
         assert fast == app, (body[:60], kind)
         if status is not None:
             assert fast[0] == status, (body[:60], kind, fast)
+
+
+def test_exclusions_per_request_and_for_every_request(tiny_runs: dict[str, Path]) -> None:
+    """`exclude` per request (single and batch) beside the allow-list, `exclude_items` for
+    every request (items out of stock); an empty history's answer is marked as popularity."""
+    from seqrec.serve import ServeOptions
+
+    rec = Recommender.from_run(tiny_runs["sasrec"])
+    history = rec.item_ids[:4]
+    top = [i for i, _ in rec.recommend(history, k=6)]
+    gone = top[0]
+    with _running(create_app(rec, ServeOptions(exclude_items=(gone, "not-an-item")))) as url:
+        status, out = _call(url, "/recommend", {"history": history, "k": 5})
+        assert status == 200 and [r["item"] for r in out["items"]] == top[1:6]
+        assert out["scored_by"] == "model"
+        body = {"history": history, "k": 3, "exclude": [top[1], "unknown-id"]}
+        status, out = _call(url, "/recommend", body)
+        assert status == 200 and [r["item"] for r in out["items"]] == top[2:5]
+        body = {"histories": [history, []], "k": 3, "exclude": [top[1]]}
+        status, out = _call(url, "/recommend/batch", body)
+        assert status == 200 and [r["item"] for r in out["results"][0]["items"]] == top[2:5]
+        assert [r["scored_by"] for r in out["results"]] == ["model", "popularity"]
+        assert gone not in [r["item"] for r in out["results"][1]["items"]]
+
+
+def test_the_docs_page_is_served_by_the_app_with_no_cdn(server: tuple[str, Recommender]) -> None:
+    """/docs loads Swagger UI's script and style from the app itself: it works offline."""
+    url, _ = server
+    with urllib.request.urlopen(url + "/docs", timeout=10) as r:
+        page = r.read().decode()
+    assert "cdn" not in page.lower() and "https://" not in page
+    assets = [a for a in ("swagger-ui-bundle.js", "swagger-ui.css") if f"/docs/assets/{a}" in page]
+    assert len(assets) == 2
+    for asset in assets:
+        with urllib.request.urlopen(f"{url}/docs/assets/{asset}", timeout=10) as r:
+            assert r.status == 200 and len(r.read()) > 10_000
+    assert _call(url, "/redoc")[0] == 404  # ReDoc would load from a CDN: not served

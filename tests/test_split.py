@@ -40,8 +40,9 @@ def test_training_on_train_plus_valid_adds_each_validation_item_and_never_a_test
     both = s.training("train+valid")
     assert [both[u].tolist() for u in range(3)] == [[1, 2, 3, 4], [6, 7], [8, 9]]
     assert both.n_items == 10
+    assert s.training("all") is seqs  # every item: the state to serve
     with pytest.raises(ValueError, match="train_on"):
-        s.training("all")  # type: ignore[arg-type]
+        s.training("everything")  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------- time split

@@ -24,6 +24,7 @@ from seqrec.models.gru4rec import GRU4Rec, GRU4RecConfig
 from seqrec.models.sasrec import SASRecConfig
 from seqrec.recommender import Recommender, UnknownItemsError
 from seqrec.train import FitResult, fit
+from seqrec.tuning import SearchResult, search
 
 __version__ = "0.1.0"
 
@@ -51,6 +52,7 @@ __all__ = [
     "SASRec",
     "SASRecConfig",
     "Scorer",
+    "SearchResult",
     "SeqrecError",
     "SequenceModel",
     "Sequences",
@@ -72,5 +74,6 @@ __all__ = [
     "prepare_frame",
     "preprocess",
     "read_interactions",
+    "search",
     "summarize",
 ]

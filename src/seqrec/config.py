@@ -24,6 +24,8 @@ from seqrec.files import bound, read_checked
 
 __all__ = [
     "DataConfig",
+    "ANY_LOG_ADAPT",
+    "LARGE_CATALOGUE",
     "EvalConfig",
     "RunConfig",
     "ShortBudget",
@@ -42,6 +44,7 @@ __all__ = [
     "parse_override",
     "refit_config",
     "resolve_config",
+    "sampled_negatives",
     "short_budget_tiers",
     "speed_tiers",
 ]
@@ -72,7 +75,15 @@ class TrainConfig:
     # "budget": it ends when time_budget runs out, so a budgeted run always anneals fully
     # whatever the machine's speed (the step count, hence the result, depends on the speed).
     # "none": a constant learning rate after the warm-up (SASRec's original code).
-    decay: Literal["epochs", "budget", "none"] = "epochs"
+    # "plateau": the rate is multiplied by `plateau_factor` each time `plateau_patience`
+    # validations in a row have not improved (as torch's ReduceLROnPlateau): a schedule that
+    # follows the data, not the clock, for runs that stop on `patience`. A run records the
+    # epochs after which it lowered the rate ("lr_reductions" in its metrics); a run that
+    # validates nothing (train+valid: a refit) lowers it after the epochs of `plateau_at`.
+    decay: Literal["epochs", "budget", "none", "plateau"] = "epochs"
+    plateau_patience: int = 2
+    plateau_factor: float = 0.5
+    plateau_at: tuple[int, ...] = ()
     # The decay's shape over the schedule's progress p (0..1, by epochs or by the budget): the
     # rate stays at its peak until p = decay_start, then falls to 0 at p = 1, "linear" as 1 - x
     # or "cosine" as (1 + cos(pi x)) / 2, x = (p - decay_start) / (1 - decay_start). decay_start
@@ -122,6 +133,8 @@ class TrainConfig:
     # trained on every item but the test one). Nothing is then validated (the validation
     # targets are training targets): the run's last state is the tested one, so the schedule
     # (e.g. a budget's decay) must be fixed beforehand, on a "train" run; patience must be 0.
+    # "all": every item, the test ones too: the state to serve (a refit with `final`), which
+    # nothing held out can measure (its metrics hold no validation or test numbers).
     train_on: TrainOn = "train"
     time_budget: str | None = None  # wall clock for training, e.g. "20m", "1h30m", "90s"
     seed: int = 0
@@ -221,7 +234,16 @@ class ShortBudget:
 # RunConfig's own keys; the rest are sections
 _RUN_KEYS = ("data", "eval", "model", "train", "short_budget", "adapt")
 # the sizes a recipe may fit to the data when a run starts (`adapt = [...]`, `adapt_to_data`)
-Adaptable = Literal["max_len", "batch_size"]
+Adaptable = Literal["max_len", "batch_size", "loss"]
+# the keys that fix an adapted setting when given explicitly (an override wins over `adapt`)
+_ADAPTED_BY = {
+    "max_len": "max_len",
+    "batch_size": "batch_size",
+    "loss": "loss",
+    "n_negatives": "loss",
+    "negatives_per": "loss",
+    "logq": "loss",
+}
 
 
 @dataclass(frozen=True)
@@ -346,6 +368,13 @@ def default_config(model: str = "bert4rec") -> RunConfig:
     entry = registry.entry(model)
     train = dataclasses.replace(TrainConfig(), **entry.train_defaults)
     return RunConfig(model=model, train=train)
+
+
+# What a model's defaults fit to the data when no recipe is named (`seqrec train MODEL`
+# without --config, `seqrec.Model(name)`): its history length, batch and loss, as the recipes
+# for any log do (`adapt_to_data`; an explicit value wins). The override that asks for it, put
+# before the others.
+ANY_LOG_ADAPT = 'adapt=["max_len", "batch_size", "loss"]'
 
 
 def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -531,7 +560,7 @@ def load_config(
     lose the settings of the keys given in `overrides` (explicit keys win)."""
     cfg = _layered(cls, path, overrides, base)
     if isinstance(cfg, RunConfig) and cfg.adapt and overrides:  # an explicit size wins
-        explicit = {_dotted_key(text).rsplit(".", 1)[-1] for text in overrides}
+        explicit = {_ADAPTED_BY.get(_dotted_key(t).rsplit(".", 1)[-1]) for t in overrides}
         kept = tuple(a for a in cfg.adapt if a not in explicit)
         cfg = dataclasses.replace(cfg, adapt=kept)
     if isinstance(cfg, RunConfig) and cfg.short_budget:
@@ -681,6 +710,19 @@ def _applied(
 
 
 # a recipe's batch is kept up to this many items, then halved per doubling of the catalogue
+# The catalogue size above which `adapt = ["loss"]` trains a sampled softmax: between the
+# synthetic long-tail log's 28,363 items, where the full softmax won at 5 minutes, and
+# Beauty's 54,542, where it lost (benchmarks/results/recipes/recipes.md, 2 CPU cores).
+LARGE_CATALOGUE = 32_768
+
+
+def sampled_negatives(n_items: int) -> int:
+    """The items a sampled softmax draws per batch for a catalogue of `n_items`: a 16th of the
+    catalogue, between 2,048 and 8,192 (Beauty's 54,542 items: 3,408, near the 3,000 of its
+    measured recipe, docs/design/evaluation.md)."""
+    return min(8192, max(2048, n_items // 16))
+
+
 _ADAPT_ITEMS = 20_000
 _ADAPT_MIN_BATCH = 32
 _ADAPT_MIN_LEN = 16
@@ -696,14 +738,29 @@ def adapt_to_data(
     - `max_len` (the model section's): the 95th percentile of the history lengths, rounded up
       to a multiple of 8, at least 16: a model reads no more positions than nearly every user
       has (attention's cost grows with the square of the width);
-    - `batch_size`: the recipe's up to 20,000 items, halved for every doubling beyond, at
-      least 32: the full-softmax cost of a sequence grows with the catalogue, so a smaller
-      batch keeps the number of updates a budget buys.
+    - `loss`: a full softmax ("ce") up to `LARGE_CATALOGUE` items; beyond, a softmax over
+      `sampled_negatives(n_items)` items drawn uniformly per batch and shared by its positions,
+      logQ-corrected (so that it estimates the full softmax): the full softmax's cost per
+      sequence grows with the catalogue, and beyond this size it buys too few updates
+      (docs/guide.md, "Recipes for your own log");
+    - `batch_size` (a full softmax only): the recipe's up to 20,000 items, halved for every
+      doubling beyond, at least 32: the full-softmax cost of a sequence grows with the
+      catalogue, so a smaller batch keeps the number of updates a budget buys.
     """
     import numpy as np
 
     said: list[str] = []
     out = cfg
+    if "loss" in cfg.adapt and cfg.train.loss == "ce" and n_items > LARGE_CATALOGUE:
+        k = sampled_negatives(n_items)
+        train = dataclasses.replace(
+            cfg.train, loss="sampled_softmax", n_negatives=k, negatives_per="batch", logq=True
+        )
+        out = dataclasses.replace(out, train=train)
+        said.append(
+            f"train.loss sampled_softmax over {k:,} items a batch, logQ-corrected "
+            f"({n_items:,} items > {LARGE_CATALOGUE:,})"
+        )
     if "max_len" in cfg.adapt:
         name = next((n for n, s in cfg.sections if hasattr(s, "max_len")), None)
         if name is not None:
@@ -712,7 +769,7 @@ def adapt_to_data(
             value = int(min(cap, max(_ADAPT_MIN_LEN, 8 * math.ceil(p95 / 8))))
             out = out.replace_section(name, max_len=value)
             said.append(f"{name}.max_len {value} (95 % of histories hold <= {p95:.0f} items)")
-    if "batch_size" in cfg.adapt:
+    if "batch_size" in cfg.adapt and out.train.loss == "ce":
         batch = cfg.train.batch_size
         while batch > _ADAPT_MIN_BATCH and batch * n_items > cfg.train.batch_size * _ADAPT_ITEMS:
             batch //= 2
@@ -733,6 +790,10 @@ def _as_adapted(cfg: RunConfig, like: RunConfig) -> RunConfig:
         out = dataclasses.replace(
             out, train=dataclasses.replace(out.train, batch_size=like.train.batch_size)
         )
+    if "loss" in cfg.adapt:
+        keys = ("loss", "n_negatives", "negatives_per", "logq")
+        train = dataclasses.replace(out.train, **{k: getattr(like.train, k) for k in keys})
+        out = dataclasses.replace(out, train=train)
     return dataclasses.replace(out, adapt=())
 
 
@@ -752,13 +813,21 @@ def as_trained(cfg: RunConfig, like: RunConfig | None = None) -> RunConfig:
     return dataclasses.replace(decided, short_budget=())
 
 
-def refit_config(cfg: RunConfig, best_epoch: int) -> RunConfig:
+def refit_config(
+    cfg: RunConfig,
+    best_epoch: int,
+    lr_reductions: typing.Sequence[int] = (),
+    train_on: TrainOn = "train+valid",
+) -> RunConfig:
     """The config that trains a finished run's `cfg` again on the training and the validation
     items: for the `best_epoch + 1` epochs (0-based `best_epoch`) its validation chose, with its
-    schedule fitted to those epochs (a budget's decay becomes a decay over them), no time
-    budget, nothing validated, its tiers as it trained them. What the test then measures was
-    chosen on validation; the validation items are trained on (the state to serve, or the
-    original BERT4Rec code's `train+valid` protocol without its selection on the test split)."""
+    schedule fitted to those epochs (a budget's decay becomes a decay over them; a plateau
+    schedule lowers the rate after the epochs the run lowered it, `lr_reductions`), no time
+    budget, nothing validated, its tiers and its sizes as it trained them. What the test then
+    measures was chosen on validation; the validation items are trained on (the state to serve,
+    or the original BERT4Rec code's `train+valid` protocol without its selection on the test
+    split); `train_on="all"`: on every item, the test ones too (the state to serve, tested on
+    nothing)."""
     t = cfg.train
     if t.train_on != "train":
         raise ConfigError(
@@ -769,12 +838,13 @@ def refit_config(cfg: RunConfig, best_epoch: int) -> RunConfig:
         raise ConfigError(f"refit: the run has no chosen epoch (best epoch {best_epoch})")
     train = dataclasses.replace(
         t,
-        train_on="train+valid",
+        train_on=train_on,
         time_budget=None,
         max_epochs=best_epoch + 1,
         max_steps=0,
         decay="epochs" if t.decay == "budget" else t.decay,
         patience=0,
+        plateau_at=tuple(e for e in lr_reductions if e < best_epoch),
     )
     return dataclasses.replace(as_trained(cfg), train=train)
 
@@ -815,6 +885,8 @@ _RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = {
     "max_epochs": (1, None, False, False),
     "max_steps": (0, None, False, False),
     "decay_start": (0, 1, False, True),
+    "plateau_patience": (1, None, False, False),
+    "plateau_factor": (0, 1, True, True),
     "batch_size": (1, 1 << 20, False, False),
     "clip_norm": (0, None, False, False),
     "n_negatives": (0, 1 << 24, False, False),  # how many a loss needs: checked with the loss

@@ -1,18 +1,23 @@
 """Your own data in a few lines: an estimator with scikit-learn's conventions over the run
 directory (the unit of record) and the Recommender (what the CLI and the server call).
 
-    model = seqrec.SASRec(d_model=64, max_epochs=50).fit(df, user_col="user_id",
-                                                         item_col="sku", time_col="ts",
-                                                         time_budget="2m")
+    model = seqrec.SASRec().fit(df, user_col="user_id", item_col="sku", time_col="ts")
     model.recommend(["user_17"], k=10)          # DataFrame: user, rank, item, score
     model.similar_items(["sku-0042"], k=5)      # DataFrame: item, rank, similar, score
     model.evaluate()                            # the test split under every protocol
+    model.refit()                               # on every item, for serving
     model.save("models/sasrec"); seqrec.load("models/sasrec").recommend(["user_17"])
 
-Parameters are the fields of the model's config sections and of [train] (`d_model`, `lr`,
-`batch_size`, `loss`, ...), by name; `config=` starts from a shipped recipe or a TOML file;
-`set=["section.key=value"]` reaches any key by its dotted name. They are validated in `fit`
-(`get_params`, `set_params` and `sklearn.base.clone` work as for any estimator).
+A fit trains until validation stops improving (the recipe's patience, within its max_epochs):
+the same data and seed give the same model. `time_budget` caps it by the clock, and the number
+of steps then depends on the machine (the run says so). Answers come as the kind of frame the
+data was (pandas in, pandas out; polars; Arrow), or as `frame=` says.
+
+Parameters are the fields of the model's config sections, of [train] and of [data]
+(`d_model`, `lr`, `batch_size`, `loss`, `split`, ...), by name; `config=` starts from a shipped
+recipe or a TOML file; `set=["section.key=value"]` reaches any key by its dotted name. They are
+validated in `fit` (`get_params`, `set_params` and `sklearn.base.clone` work as for any
+estimator; `seqrec.search` tries a grid of them, selecting on validation).
 """
 
 from __future__ import annotations
@@ -29,11 +34,19 @@ from typing import Any
 import polars as pl
 import torch
 
-from seqrec.config import RunConfig, default_config, load_config, validate
+from seqrec.config import (
+    ANY_LOG_ADAPT,
+    RunConfig,
+    default_config,
+    load_config,
+    refit_config,
+    validate,
+)
+from seqrec.data.frames import FRAME_KINDS, as_kind, frame_kind, is_frame
 from seqrec.data.prepared import PreparedDataset, prepare
 from seqrec.errors import ConfigError, SeqrecError
 from seqrec.outputs import check_out_dir
-from seqrec.recommender import Recommender
+from seqrec.recommender import MODEL, POPULARITY, Recommender
 from seqrec.registry import entry
 from seqrec.rundir import RunDir
 from seqrec.validation import validate as validate_training
@@ -61,8 +74,9 @@ class Model:
         self.set = tuple(set)
         self.params = dict(params)
         self.run_dir_: Path | None = None
+        self.frame_ = "polars"  # the kind of frame answers come as: the fitted data's
         self._rec: Recommender | None = None
-        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._tmp: list[tempfile.TemporaryDirectory[str]] = []
 
     # ---------------------------------------------------------- scikit-learn's conventions
 
@@ -100,6 +114,8 @@ class Model:
         if base.model != self.model:
             raise ConfigError(f"config {self.config!r} is a {base.model} recipe, not {self.model}")
         overrides = [f"{self._key(base, k)}={_toml(v)}" for k, v in self.params.items()]
+        if not self.config:  # the model's defaults, their sizes and loss fitted to the data
+            overrides.insert(0, ANY_LOG_ADAPT)
         if self.time_budget is not None:
             overrides.append(f"train.time_budget={json.dumps(self.time_budget)}")
         cfg = load_config(RunConfig, None, [*overrides, *self.set], base=base)
@@ -132,21 +148,27 @@ class Model:
         time_col: str | None = _SAME,
         time_budget: str | None = None,
         valid: bool = True,
+        final: bool = False,
         out: str | Path | None = None,
-        progress: bool = False,
+        progress: bool = True,
     ) -> Model:
         """Train on `data` (a DataFrame, a file, a dataset name or a PreparedDataset) and
-        return self. `valid`: hold each user's second-last item out to choose the state on
-        (False: train on it too, and keep the last state). `out`: the run directory (default:
-        a temporary one, kept while this object lives; `save` copies it)."""
-        from seqrec.train import fit
-
+        return self. Training stops when validation has not improved for the recipe's
+        patience (or at its max_epochs, or when `time_budget` runs out). `valid`: hold each
+        user's second-last item out to choose the state on (False: train on it too, and keep
+        the last state). `final`: then `refit()`, so that the model learns every item (the
+        state to serve). `out`: the run directory (default: a temporary one, kept while this
+        object lives; `save` copies it). `progress`: a bar on a terminal, a line an epoch
+        elsewhere."""
         if time_budget is not None:
             self.time_budget = time_budget
         cfg = self.run_config()
         if not valid:
             train = dataclasses.replace(cfg.train, train_on="train+valid", patience=0)
             cfg = dataclasses.replace(cfg, train=train)
+        if final and not valid:
+            raise ConfigError("final=True refits for the epochs validation chose: keep valid=True")
+        self.frame_ = frame_kind(data) if is_frame(data) else "polars"
         if isinstance(data, PreparedDataset):
             ds = data
         else:
@@ -154,15 +176,51 @@ class Model:
             if time_col is not _SAME:
                 columns["time_col"] = time_col
             ds = prepare(data, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=progress, **columns)
-        if out is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="seqrec-run-")
-            out = Path(self._tmp.name) / "run"
         source = {"data": str(data)} if isinstance(data, str | Path) else None
+        self._train(ds, cfg, out if final is False else None, progress, source)
+        if final:
+            self.refit(out=out, progress=progress)
+        return self
+
+    def refit(self, *, out: str | Path | None = None, progress: bool = True) -> Model:
+        """Train the fitted config again on every item of every user (nothing held out), for
+        the epochs its validation chose (as `seqrec refit --all`), and serve that: a model that
+        knows each user's latest items. Its metrics then hold no test numbers (nothing is left
+        to test on); those of the validated run are in `validated_metrics_`."""
+        if self.run_dir_ is None:
+            raise SeqrecError(f"{type(self).__name__} is not fitted: call fit first")
+        run = RunDir(self.run_dir_)
+        metrics = run.metrics() or {}
+        if metrics.get("train_on") == "all":
+            return self  # already trained on everything
+        cfg = refit_config(
+            run.config(),
+            int(metrics.get("best_epoch", -1)),
+            metrics.get("lr_reductions", ()),
+            "all",
+        )
+        self.validated_metrics_ = metrics
+        self._train(self.dataset_, cfg, out, progress, {"refit_of": str(self.run_dir_)})
+        return self
+
+    def _train(
+        self,
+        ds: PreparedDataset,
+        cfg: RunConfig,
+        out: str | Path | None,
+        progress: bool,
+        source: dict[str, Any] | None,
+    ) -> None:
+        from seqrec.train import fit
+
+        if out is None:  # a temporary run directory, kept while this object lives
+            tmp = tempfile.TemporaryDirectory(prefix="seqrec-run-")
+            self._tmp.append(tmp)
+            out = Path(tmp.name) / "run"
         result = fit(ds, cfg, Path(out), progress=progress, source=source)
         self.run_dir_ = result.run_dir
         self._rec = Recommender.from_run(result.run_dir, device=result.model.device)
         self._rec.dataset = ds
-        return self
 
     @property
     def recommender_(self) -> Recommender:
@@ -191,13 +249,17 @@ class Model:
         filter_viewed: bool = True,
         items: Sequence[Any] | None = None,
         *,
+        exclude: Sequence[Any] | None = None,
+        frame: str = "auto",
         as_pandas: bool = False,
     ) -> Any:
         """Top-k for users of the training data (default: all of them), after everything the
-        data holds of each: a DataFrame `user, rank, item, score` (polars; pandas with
-        `as_pandas`). `filter_viewed` leaves out what a user has seen; `items` restricts the
-        candidates. An unknown user is one ConfigError line."""
+        data holds of each: a DataFrame `user, rank, item, score`, of the kind the fitted data
+        was (`frame`: "auto", "polars", "pandas", "arrow"; `as_pandas` is frame="pandas").
+        `filter_viewed` leaves out what a user has seen; `items` restricts the candidates;
+        `exclude` leaves these items out. An unknown user is one ConfigError line."""
         rec, ds = self.recommender_, self.dataset_
+        kind = self._kind(frame, as_pandas)
         users = list(ds.user_ids) if users is None else list(users)
         rows = []
         for u in users:
@@ -206,9 +268,14 @@ class Model:
                 raise ConfigError(f"user {u!r} is not in the training data")
             rows.append(row)
         recs = rec.recommend_encoded(
-            [ds.sequences[r] for r in rows], k, filter_viewed, candidates=items, users=rows
+            [ds.sequences[r] for r in rows],
+            k,
+            filter_viewed,
+            candidates=items,
+            exclude=exclude,
+            users=rows,
         )
-        return _table("user", users, recs, as_pandas)
+        return as_kind(_table("user", users, recs), kind)
 
     def recommend_histories(
         self,
@@ -217,18 +284,34 @@ class Model:
         filter_viewed: bool = True,
         items: Sequence[Any] | None = None,
         *,
+        exclude: Sequence[Any] | None = None,
+        frame: str = "auto",
         as_pandas: bool = False,
     ) -> Any:
         """Top-k for histories of item ids (oldest first; unknown items dropped): a DataFrame
-        `history, rank, item, score` (`history`: the position in `histories`)."""
+        `history, rank, item, score, scored_by` (`history`: the position in `histories`;
+        `scored_by`: "model", or "popularity" for an empty history, whose scores are the
+        training counts: another scale)."""
         rec = self.recommender_
+        kind = self._kind(frame, as_pandas)
         encoded = [rec.encode(h).ids for h in histories]
-        recs = rec.recommend_encoded(encoded, k, filter_viewed, candidates=items)
-        return _table("history", list(range(len(histories))), recs, as_pandas)
+        recs = rec.recommend_encoded(encoded, k, filter_viewed, candidates=items, exclude=exclude)
+        table = _table("history", list(range(len(histories))), recs)
+        by = [MODEL if len(e) else POPULARITY for e in encoded]
+        scored_by = [by[h] for h in table.get_column("history").to_list()]
+        return as_kind(table.with_columns(pl.Series("scored_by", scored_by, pl.String)), kind)
 
-    def similar_items(self, items: Sequence[Any], k: int = 10, *, as_pandas: bool = False) -> Any:
+    def similar_items(
+        self,
+        items: Sequence[Any],
+        k: int = 10,
+        *,
+        frame: str = "auto",
+        as_pandas: bool = False,
+    ) -> Any:
         """The k items closest to each of `items` by the cosine of the model's output
         embeddings (item-to-item): a DataFrame `item, rank, similar, score`."""
+        kind = self._kind(frame, as_pandas)
         rec = self.recommender_
         weights, _ = rec.model.output_weights()  # (n_items, D)
         unit = torch.nn.functional.normalize(weights.detach().float(), dim=1)
@@ -246,7 +329,17 @@ class Model:
             for rank, (v, i) in enumerate(zip(values.tolist(), indices.tolist(), strict=True), 1):
                 rows.append((item, rank, rec.items.decode(i + 1), float(v)))
         df = pl.DataFrame(rows, schema=["item", "rank", "similar", "score"], orient="row")
-        return _frame(df, as_pandas)
+        return as_kind(df, kind)
+
+    def _kind(self, frame: str, as_pandas: bool) -> str:
+        """The kind of frame an answer comes as."""
+        if as_pandas:
+            return "pandas"
+        if frame == "auto":
+            return self.frame_
+        if frame not in FRAME_KINDS:
+            raise ConfigError(f"frame: expected auto, {', '.join(FRAME_KINDS)}; got {frame!r}")
+        return frame
 
     # ----------------------------------------------------------------- evaluate, save
 
@@ -282,9 +375,9 @@ class Model:
 
 class SASRec(Model):
     """SASRec (Kang & McAuley 2018), from the `sasrec-ce` recipe: cross-entropy over the
-    catalogue, a schedule fitted to the time budget, history length and batch fitted to the
-    data. `config="ml-1m-sasrec"` (or `loss="bce"`) for the paper's BCE; `config=None` for the
-    model's bare defaults."""
+    catalogue (a logQ-corrected sampled softmax beyond 32,768 items), trained until validation
+    stops improving, history length and batch fitted to the data. `config="ml-1m-sasrec"` (or
+    `loss="bce"`) for the paper's BCE; `config=None` for the model's bare defaults."""
 
     def __init__(
         self,
@@ -303,12 +396,15 @@ class SASRec(Model):
 
 
 class BERT4Rec(Model):
-    """BERT4Rec (Sun et al. 2019), with its paper's defaults unless told."""
+    """BERT4Rec (Sun et al. 2019), from the `bert4rec` recipe: the paper's model and Cloze task
+    with a learning rate that learns on any log, trained until validation stops improving,
+    history length, batch and loss fitted to the data. `config=None` for the paper's own
+    defaults (lr 1e-4, 200 epochs), `config="ml-1m-bert4rec"` for its ML-1M recipe."""
 
     def __init__(
         self,
         *,
-        config: str | None = None,
+        config: str | None = "bert4rec",
         time_budget: str | None = None,
         set: Sequence[str] = (),
         **params: Any,
@@ -344,19 +440,10 @@ def load(path: str | Path, *, device: str = "auto", trust: bool = False) -> Mode
     return model
 
 
-def _table(key: str, keys: Sequence[Any], recs: list[list[tuple[Any, float]]], pandas: bool) -> Any:
+def _table(key: str, keys: Sequence[Any], recs: list[list[tuple[Any, float]]]) -> pl.DataFrame:
     rows = [
         (u, rank, item, score)
         for u, rr in zip(keys, recs, strict=True)
         for rank, (item, score) in enumerate(rr, 1)
     ]
-    return _frame(pl.DataFrame(rows, schema=[key, "rank", "item", "score"], orient="row"), pandas)
-
-
-def _frame(df: pl.DataFrame, pandas: bool) -> Any:
-    """polars, or pandas (built from columns: no pyarrow needed)."""
-    if not pandas:
-        return df
-    import pandas as pd
-
-    return pd.DataFrame({c: df.get_column(c).to_list() for c in df.columns})
+    return pl.DataFrame(rows, schema=[key, "rank", "item", "score"], orient="row")

@@ -9,11 +9,14 @@ Policies (each tested):
 - unknown item ids in a history are dropped and counted (`unknown="drop"`), or raise
   `UnknownItemsError` (`unknown="reject"`);
 - an empty (or all-unknown) history gets the popularity ranking of the training split; its
-  scores are the training interaction counts;
+  scores are the training interaction counts, on another scale than a model's, so an answer
+  marks it (`POPULARITY`: the Python frames' `scored_by`, the service's `scored_by`);
 - a history longer than the model reads keeps its most recent items (`max_len`);
 - the model decides how a history is read: BERT4Rec appends [MASK], SASRec reads the last
   position. The scores are exactly those evaluation ranks by (`model.score`);
-- `exclude_seen` removes the history's items; `candidates` restricts the ranking to a set.
+- `exclude_seen` removes the history's items; `candidates` restricts the ranking to a set;
+  `exclude` removes a set (ids the model does not know are ignored: nothing to remove), and so
+  does `Recommender.exclude_items` for every call (items out of stock).
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ __all__ = [
 ]
 
 Unknown = Literal["drop", "reject"]
+# how an answer was scored: by the model, or (an empty history) by the training popularity
+MODEL, POPULARITY = "model", "popularity"
 
 
 class UnknownItemsError(SeqrecError, ValueError):
@@ -108,6 +113,7 @@ class Recommender:
         self.max_len: int | None = getattr(self.model, "max_len", None)
         self._lock = threading.Lock()
         self.dropped = 0  # unknown item ids dropped so far (unknown="drop")
+        self.excluded: np.ndarray = np.zeros(0, dtype=np.int64)  # internal ids never recommended
 
     # -------------------------------------------------------------------------- loading
 
@@ -171,6 +177,14 @@ class Recommender:
     def internal_ids(self, items: Iterable[Any]) -> np.ndarray:
         return self.encode(items).ids
 
+    def exclude_items(self, items: Iterable[Any]) -> list[Any]:
+        """Never recommend `items` (out of stock, withdrawn), in every later call, until the
+        next call replaces the set (an empty one clears it). Returns the ids the model does
+        not know (nothing to exclude for them)."""
+        ids, unknown = self.items.encode(items)
+        self.excluded = np.unique(ids)
+        return list(unknown)
+
     # ------------------------------------------------------------------------ recommend
 
     def recommend(
@@ -179,9 +193,10 @@ class Recommender:
         k: int = 10,
         exclude_seen: bool = True,
         candidates: Sequence[Any] | None = None,
+        exclude: Sequence[Any] | None = None,
     ) -> list[tuple[Any, float]]:
         """The top-k items for one history (external ids, oldest first) with their scores."""
-        return self.recommend_batch([history], k, exclude_seen, candidates)[0]
+        return self.recommend_batch([history], k, exclude_seen, candidates, exclude=exclude)[0]
 
     def recommend_batch(
         self,
@@ -190,6 +205,7 @@ class Recommender:
         exclude_seen: bool = True,
         candidates: Sequence[Any] | None = None,
         *,
+        exclude: Sequence[Any] | None = None,
         progress: bool = False,
         users: Sequence[Any] | None = None,
     ) -> list[list[tuple[Any, float]]]:
@@ -202,7 +218,13 @@ class Recommender:
             found = [self.user_index(u) for u in users]
             rows = [-1 if r is None else r for r in found]
         return self.recommend_encoded(
-            encoded, k, exclude_seen, candidates=candidates, progress=progress, users=rows
+            encoded,
+            k,
+            exclude_seen,
+            candidates=candidates,
+            exclude=exclude,
+            progress=progress,
+            users=rows,
         )
 
     def recommend_user(
@@ -237,6 +259,7 @@ class Recommender:
         exclude_seen: bool = True,
         *,
         candidates: Sequence[Any] | None = None,
+        exclude: Sequence[Any] | None = None,
         progress: bool = False,
         users: Sequence[int] | None = None,
         deadline: float | None = None,
@@ -249,10 +272,7 @@ class Recommender:
             raise ValueError(f"{len(users)} users for {len(histories)} histories")
         if not 1 <= k <= self.n_items:
             raise ValueError(f"k must be in 1..{self.n_items} (the catalogue), got {k}")
-        allowed = None
-        if candidates is not None:
-            allowed = torch.zeros(self.n_items + 1, dtype=torch.bool, device=self.device)
-            allowed[torch.from_numpy(self.encode(candidates).ids).to(self.device)] = True
+        allowed = self._allowed(candidates, exclude)
         out: list[list[tuple[Any, float]]] = [[] for _ in histories]
         # batches of similar lengths pad little; the answers go back to the input order
         order = np.argsort([len(h) for h in histories], kind="stable")
@@ -290,6 +310,24 @@ class Recommender:
             bar.update(len(rows))
         bar.close()
         return out
+
+    def _allowed(
+        self, candidates: Sequence[Any] | None, exclude: Sequence[Any] | None
+    ) -> torch.Tensor | None:
+        """The items a call may recommend, a mask over the catalogue (None: every one): the
+        `candidates` (unknown ones: the policy's error), less `exclude` (unknown ones ignored)
+        and the items excluded for every call."""
+        removed = self.excluded
+        if exclude is not None:
+            removed = np.concatenate([removed, self.items.encode(exclude)[0]])
+        if candidates is None and not len(removed):
+            return None
+        allowed = torch.ones(self.n_items + 1, dtype=torch.bool, device=self.device)
+        if candidates is not None:
+            allowed[:] = False
+            allowed[torch.from_numpy(self.encode(candidates).ids).to(self.device)] = True
+        allowed[torch.from_numpy(removed).to(self.device)] = False
+        return allowed
 
     def _block_top(
         self,

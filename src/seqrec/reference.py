@@ -5,17 +5,27 @@ Used to print our results beside the papers'; never used to compute anything.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "PAPER_BASELINES_ML1M",
     "PAPER_BASELINES_ML1M_UNI100",
     "PAPER_ROWS",
     "PAPER_ROWS_BEAUTY",
     "PUBLISHED",
+    "is_papers_ml1m",
     "paper_table",
     "published_numbers",
 ]
 
+
 # (model, protocol) -> (source, {metric: value})
+def is_papers_ml1m(stats: dict[str, Any]) -> bool:
+    """Whether a dataset's stats are the papers' ML-1M (6,040 users, 3,416 items): where the
+    papers' ML-1M rows may stand beside a result."""
+    return stats.get("users") == 6040 and stats.get("items") == 3416
+
+
 PAPER_ROWS: dict[tuple[str, str], tuple[str, dict[str, float]]] = {
     ("pop", "pop100"): (
         "BERT4Rec Table 2, POP, ML-1m",

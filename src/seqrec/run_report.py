@@ -22,7 +22,7 @@ from typing import Any
 
 from seqrec.errors import ConfigError, SeqrecError
 from seqrec.provenance import atomic_write, describe_machine
-from seqrec.reference import PAPER_ROWS
+from seqrec.reference import PAPER_ROWS, is_papers_ml1m
 from seqrec.report import run_label
 from seqrec.rundir import RunDir
 
@@ -43,10 +43,17 @@ _METRICS = ("hr@1", "hr@5", "hr@10", "ndcg@5", "ndcg@10", "mrr")
 
 
 def write_report(
-    runs: Sequence[str | Path], out: Path, *, users: int = 3, trust: bool = False
+    runs: Sequence[str | Path],
+    out: Path,
+    *,
+    users: int = 3,
+    trust: bool = False,
+    items: str | Path | None = None,
 ) -> Path:
     """The page of `runs` into `out` (written whole or not at all); `users`: how many users of
-    each run's data get their top-10 listed."""
+    each run's data get their top-10 listed; `items`: an item metadata file (movies.dat) for
+    their titles. A paper's rows stand beside a run's metrics only when the run's data is that
+    paper's dataset."""
     dirs = [RunDir(r, trust=trust) for r in runs]
     for r, run in zip(runs, dirs, strict=True):
         if not run.finished:
@@ -56,7 +63,7 @@ def write_report(
     if len(runs) > 1:
         sections.append(_paired(names, runs, trust))
     for name, r, run in zip(names, runs, dirs, strict=True):
-        sections.append(_run_section(name, r, run, users, trust))
+        sections.append(_run_section(name, r, run, users, trust, items))
     title = "seqrec report: " + ", ".join(names)
     page = (
         f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'><title>"
@@ -110,15 +117,29 @@ def _metrics(names: Sequence[str], dirs: Sequence[RunDir]) -> str:
         label = run_label(cfg.model, cfg.train.loss)
         rows: list[list[str]] = []
         classes: list[str] = []
+        papers = is_papers_ml1m(_data_stats(run, metrics))
         for protocol, values in (metrics.get("test") or {}).items():
             rows.append([f"{label} {protocol}", *(_num(values.get(m)) for m in _METRICS)])
             classes.append("")
-            if (label, protocol) in PAPER_ROWS:  # the paper of this model and loss
+            if papers and (label, protocol) in PAPER_ROWS:  # the paper of this model and loss
                 source, paper = PAPER_ROWS[(label, protocol)]
                 rows.append([f"paper: {source}", *(_num(paper.get(m)) for m in _METRICS)])
                 classes.append("paper")
         out.append(f"<h3>{_e(name)}</h3>" + _table(["protocol", *_METRICS], rows, classes))
     return "".join(out)
+
+
+def _data_stats(run: RunDir, metrics: dict[str, Any]) -> dict[str, Any]:
+    """The sizes of a run's data: as its metrics record them, else its prepared data's."""
+    if isinstance(metrics.get("data"), dict):
+        return metrics["data"]
+    from seqrec.data.prepared import load_prepared
+
+    prepared = run.source().get("prepared")
+    try:
+        return dict(load_prepared(prepared).stats) if prepared else {}
+    except (SeqrecError, OSError):
+        return {}
 
 
 def _num(x: Any) -> str:
@@ -152,7 +173,9 @@ def _paired(names: Sequence[str], runs: Sequence[str | Path], trust: bool) -> st
     return "<h2>Paired tests (per-user NDCG@10, test split)</h2>" + _table(head, rows)
 
 
-def _run_section(name: str, path: str | Path, run: RunDir, users: int, trust: bool) -> str:
+def _run_section(
+    name: str, path: str | Path, run: RunDir, users: int, trust: bool, items: str | Path | None
+) -> str:
     cfg, metrics = run.config(), run.metrics() or {}
     machine = metrics.get("machine")
     facts = [
@@ -175,7 +198,7 @@ def _run_section(name: str, path: str | Path, run: RunDir, users: int, trust: bo
         + _e(json.dumps(cfg.to_dict(), indent=2))
         + "</pre></details>",
         _attention(path, cfg.model, trust),
-        _top10(path, users, trust),
+        _top10(path, users, trust, items),
     ]
     return "\n".join(parts)
 
@@ -210,10 +233,10 @@ def _attention(path: str | Path, model: str, trust: bool) -> str:
     return "<h3>Attention (Figure 2)</h3>" + _img(data, "attention heat-maps")
 
 
-def _top10(path: str | Path, users: int, trust: bool) -> str:
+def _top10(path: str | Path, users: int, trust: bool, items: str | Path | None) -> str:
     from seqrec.recommender import Recommender
 
-    rec = Recommender.from_run(path, trust=trust)
+    rec = Recommender.from_run(path, trust=trust, metadata=items)
     if rec.dataset is None or users < 1:
         return ""
     rows = []

@@ -516,7 +516,12 @@ def load_tensors(path: Path, data: bytes | IO[bytes] | None = None) -> Any:
 def _take_lock(run_dir: Path, path: Path, break_lock: bool) -> int:
     me = f"{os.getpid()} {_start_time(os.getpid())} {socket.gethostname()}"
     for _ in range(1000):
-        run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:  # there, then removed by a holder leaving before it was seen
+            if run_dir.exists() and not run_dir.is_dir():
+                raise
+            continue
         try:
             fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
         except FileNotFoundError:  # the directory was removed by a holder leaving: again

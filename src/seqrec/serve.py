@@ -2,17 +2,22 @@
 
     seqrec serve runs/sasrec [--host 127.0.0.1] [--port 8000] [--workers 1]
         [--api-key-env NAME] [--max-body 1000000] [--max-batch 1024] [--timeout 10]
-        [--cors-origin URL ...]
+        [--cors-origin URL ...] [--exclude-items FILE]
 
     POST /recommend        {"history": [1193, 661], "k": 10, "exclude_seen": true,
-                            "candidates": null}, or {"user": 42, "k": 10}: a known user
-                        -> {"items": [{"item", "score", "title"?}], "dropped": [unknown ids]}
-    POST /recommend/batch  {"histories": [[...], ...], "k": 10, "exclude_seen": true}
-                        -> {"results": [{"items": [...], "dropped": [...]}, ...]}
+                            "candidates": null, "exclude": null}, or {"user": 42, "k": 10}
+                        -> {"items": [{"item", "score", "title"?}], "dropped": [unknown ids],
+                            "scored_by": "model" | "popularity" (an empty history)}
+    POST /recommend/batch  {"histories": [[...], ...], "k": 10, "exclude_seen": true,
+                            "exclude": null}
+                        -> {"results": [{"items": [...], "dropped": [...], "scored_by"}, ...]}
     GET  /health           liveness: the process answers ({"status": "ok"})
     GET  /ready            readiness: the model is loaded and has scored ({"status": "ready"})
     GET  /model            model, dataset, metrics, version
-    GET  /docs             OpenAPI documentation
+    GET  /docs             OpenAPI documentation (Swagger UI served by the app: works offline)
+
+`exclude` (per request) and `exclude_items` (ServeOptions, `--exclude-items FILE`: every
+request, e.g. items out of stock) are never recommended; `candidates` is the allow-list.
 
 Bad requests get a 4xx whose `detail` says what was wrong: malformed JSON or wrong types (422),
 k outside 1..catalogue (422), a history longer than `max_history` or a batch larger than
@@ -36,6 +41,7 @@ import hmac
 import ipaddress
 import json
 import os
+import sys
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -45,7 +51,7 @@ from typing import Annotated, Any
 import torch
 
 from seqrec.errors import ConfigError
-from seqrec.recommender import Recommender, UnknownItemsError
+from seqrec.recommender import MODEL, POPULARITY, Recommender, UnknownItemsError
 
 __all__ = ["ServeOptions", "check_host", "create_app", "serve", "server_config"]
 
@@ -82,6 +88,9 @@ class ServeOptions:
     # torch's intra-op threads for scoring in each worker (0: torch's default, one per core);
     # 1 leaves a core to the event loop, the better split on a small machine (docs/deploy.md)
     threads: int = 0
+    # item ids never recommended, whatever the request (out of stock, withdrawn); ids the model
+    # does not know are ignored (said once when the app starts)
+    exclude_items: tuple[Any, ...] = ()
 
 
 _OPEN = ("/health", "/ready")  # answered without a token: what probes call
@@ -231,11 +240,18 @@ def create_app(
     opts = options or ServeOptions()
     if max_history is not None:
         opts = dataclasses.replace(opts, max_history=max_history)
+    unknown = rec.exclude_items(opts.exclude_items)
+    if unknown:
+        shown = ", ".join(map(str, unknown[:5])) + (" ..." if len(unknown) > 5 else "")
+        print(f"exclude_items: {len(unknown)} id(s) not in the catalogue: {shown}", file=sys.stderr)
     app = fastapi.FastAPI(
         title="seqrec",
         version=__version__,
         description=f"Top-k recommendations from {rec.run.config.model} ({rec.run.path.name})",
+        docs_url=None,  # served below from the package's copy of Swagger UI, not a CDN
+        redoc_url=None,
     )
+    _docs_route(app)
     fast: dict[str, Any] = {}  # the guard's direct routes, filled by _recommend_routes
     _install_handlers(app, opts, fast)
     rec.recommend([], k=1)  # a first scoring: /ready means the model answers
@@ -255,6 +271,29 @@ def create_app(
 
     _recommend_routes(app, rec, opts, schemas, fast)
     return app
+
+
+_DOCS_ASSETS = "/docs/assets"
+
+
+def _docs_route(app: Any) -> None:
+    """GET /docs: Swagger UI over the app's OpenAPI schema, its script and style sheet served
+    by the app from the swagger-ui-bundle package (a page that works offline)."""
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.staticfiles import StaticFiles
+    from swagger_ui_bundle import swagger_ui_path
+
+    app.mount(_DOCS_ASSETS, StaticFiles(directory=str(swagger_ui_path)), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> Any:
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url,
+            title=f"{app.title} - Swagger UI",
+            swagger_js_url=f"{_DOCS_ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{_DOCS_ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{_DOCS_ASSETS}/favicon-32x32.png",
+        )
 
 
 def _schemas(rec: Recommender, opts: ServeOptions) -> Any:
@@ -282,7 +321,12 @@ def _schemas(rec: Recommender, opts: ServeOptions) -> Any:
         )
         k: int = pydantic.Field(10, ge=1, le=n_items, description=f"1..{n_items}")
         exclude_seen: bool = True
-        candidates: list[Item] | None = None
+        candidates: list[Item] | None = pydantic.Field(
+            None, description="rank only these items (an unknown id: 422)"
+        )
+        exclude: list[Item] | None = pydantic.Field(
+            None, description="never these items (ids the model does not know are ignored)"
+        )
         user: Item | None = pydantic.Field(
             None,
             description="the user's id in the training data, for models with a per-user term "
@@ -305,11 +349,16 @@ def _schemas(rec: Recommender, opts: ServeOptions) -> Any:
                 "example": {
                     "items": [{"item": example_item, "score": 3.21}],
                     "dropped": ["an-unknown-id"],
+                    "scored_by": "model",
                 }
             }
         )
         items: list[Scored] = pydantic.Field(description="the top k, best first")
         dropped: list[Item] = pydantic.Field(description="history ids the model does not know")
+        scored_by: str = pydantic.Field(
+            description='"model"; "popularity" for an empty history (or one of unknown ids '
+            "only): the scores are then the training interaction counts, another scale"
+        )
         user_known: bool | None = pydantic.Field(
             None, description="with `user`: whether it is a user of the training data"
         )
@@ -325,6 +374,9 @@ def _schemas(rec: Recommender, opts: ServeOptions) -> Any:
         histories: list[list[Item]] = pydantic.Field(max_length=opts.max_batch)
         k: int = pydantic.Field(10, ge=1, le=n_items, description=f"1..{n_items}")
         exclude_seen: bool = True
+        exclude: list[Item] | None = pydantic.Field(
+            None, description="never these items, for every history (unknown ids are ignored)"
+        )
 
     return types.SimpleNamespace(
         RecommendRequest=RecommendRequest,
@@ -404,6 +456,9 @@ def _recommend_routes(
             out.append(row)
         return out
 
+    def by(ids: Any) -> str:  # how an answer was scored (an empty history: popularity)
+        return MODEL if len(ids) else POPULARITY
+
     batcher = MicroBatcher(
         lambda histories, k, exclude_seen, users: rec.recommend_encoded(
             histories, k, exclude_seen, users=users
@@ -434,7 +489,7 @@ def _recommend_routes(
             )
         deadline = _DEADLINE.get()
         try:
-            if req.candidates is None:  # the common request: batched with the others waiting
+            if req.candidates is None and req.exclude is None:  # the common request: batched
                 user = -1 if row is None else row
                 recs = await batcher.recommend(ids, req.k, req.exclude_seen, user, deadline)
             else:
@@ -444,6 +499,7 @@ def _recommend_routes(
                         req.k,
                         req.exclude_seen,
                         candidates=req.candidates,
+                        exclude=req.exclude,
                         users=None if row is None else [row],
                         deadline=deadline,
                     )
@@ -452,7 +508,7 @@ def _recommend_routes(
             raise fastapi.HTTPException(422, f"candidates: {e}") from None
         except Overloaded as e:
             raise fastapi.HTTPException(503, f"busy: {e}; retry shortly") from None
-        out: dict[str, Any] = {"items": items(recs), "dropped": dropped}
+        out: dict[str, Any] = {"items": items(recs), "dropped": dropped, "scored_by": by(ids)}
         if req.user is not None:
             out["user_known"] = row is not None
         return out
@@ -484,11 +540,16 @@ def _recommend_routes(
         deadline = _DEADLINE.get()
         recs = await batcher.run(
             lambda: rec.recommend_encoded(
-                [e.ids for e in encoded], req.k, req.exclude_seen, deadline=deadline
+                [e.ids for e in encoded],
+                req.k,
+                req.exclude_seen,
+                exclude=req.exclude,
+                deadline=deadline,
             )
         )
         results = [
-            {"items": items(r), "dropped": e.unknown} for r, e in zip(recs, encoded, strict=True)
+            {"items": items(r), "dropped": e.unknown, "scored_by": by(e.ids)}
+            for r, e in zip(recs, encoded, strict=True)
         ]
         return JSONResponse({"results": results})
 

@@ -55,8 +55,8 @@ from seqrec.distributed import (
     ranks,
     shard,
 )
-from seqrec.errors import ConfigError, TrainingError
-from seqrec.evaluate import PROTOCOLS, evaluate, parse_protocols
+from seqrec.errors import ConfigError, DataError, TrainingError
+from seqrec.evaluate import PROTOCOLS, evaluate, pad_histories, parse_protocols
 from seqrec.losses import LossSpec, full_cross_entropy, model_loss
 from seqrec.metrics import summarize
 from seqrec.models.base import BlockScores, Sampler, SequenceModel
@@ -550,6 +550,7 @@ class _LoopState:
     elapsed: float = 0.0
     bad: int = 0
     started: float = 0.0  # time.perf_counter() at the run's start, its resumed time counted
+    reductions: list[int] = field(default_factory=list)  # epochs after which a plateau lowered lr
 
     @classmethod
     def restored(cls, state: dict[str, Any], training: Training) -> _LoopState:
@@ -562,11 +563,13 @@ class _LoopState:
             step=state["step"],
             elapsed=state["elapsed"],
             bad=state["bad"],
+            reductions=list(state.get("reductions", [])),
         )
 
-    def record(self, value: float, epoch: int, model: nn.Module) -> None:
+    def record(self, value: float, epoch: int, model: nn.Module, t: TrainConfig) -> None:
         """A validation result: the state is kept if it is the best so far, else one more
-        epoch without improvement."""
+        epoch without improvement (a plateau schedule lowers the rate after every
+        `plateau_patience` of them in a row)."""
         if value > self.best["metric"]:
             self.best = {
                 "metric": value,
@@ -576,6 +579,8 @@ class _LoopState:
             self.bad = 0
         else:
             self.bad += 1
+            if t.decay == "plateau" and self.bad % t.plateau_patience == 0:
+                self.reductions.append(epoch)
 
     def checkpoint(
         self, training: Training, epoch: int, commit: str, precision: dict[str, Any]
@@ -587,6 +592,7 @@ class _LoopState:
             "step": self.step,
             "elapsed": self.elapsed,
             "bad": self.bad,
+            "reductions": self.reductions,
             "history": self.history,
             "best": {k: v for k, v in self.best.items() if k != "state"},
             "best_state": self.best["state"],
@@ -595,19 +601,25 @@ class _LoopState:
         }
 
 
-def _schedule(training: Training, total_steps: int, budget: float) -> Callable[[int, float], float]:
+def _schedule(
+    training: Training, total_steps: int, budget: float, loop: _LoopState
+) -> Callable[[int, float], float]:
     """set_lr(step, seconds): the learning rate of the update about to be made, set on the
-    optimiser (warm-up, then the decay by steps, by the budget's seconds, or none)."""
+    optimiser (warm-up, then the decay by steps, by the budget's seconds, by the plateaus
+    `loop` records, or none)."""
     t = training.cfg.train
 
     def set_lr(step: int, seconds: float) -> float:
-        if t.decay == "none":
+        peak = t.lr
+        if t.decay == "plateau":
+            peak *= t.plateau_factor ** len(loop.reductions)
+        if t.decay in ("none", "plateau"):
             progress = 0.0
         elif t.decay == "budget":
             progress = seconds / budget
         else:  # by steps; the decay starts after the warm-up
             progress = (step - t.warmup_steps) / max(1, total_steps - t.warmup_steps)
-        lr = t.lr * lr_factor(step, t.warmup_steps, progress, t.decay_shape, t.decay_start)
+        lr = peak * lr_factor(step, t.warmup_steps, progress, t.decay_shape, t.decay_start)
         for group in training.optimizer.param_groups:
             group["lr"] = lr
         return lr
@@ -634,7 +646,7 @@ def _train(
     total_steps = t.max_epochs * len(sampler)
     if t.max_steps > 0:
         total_steps = min(total_steps, t.max_steps)
-    set_lr = _schedule(training, total_steps, budget)
+    set_lr = _schedule(training, total_steps, budget, loop)
     val_protocol = parse_protocols(t.val_protocol)[0]
     validating = t.train_on == "train"
     stopped = "max_epochs"
@@ -680,7 +692,9 @@ def _train(
                 # best epoch and patience)
                 value = broadcast_float(_validate(training, ds, device, r), r, device)
                 line[f"valid_{val_protocol}_{t.val_metric}"] = value
-                loop.record(value, epoch, model)
+                loop.record(value, epoch, model, t)
+            elif t.decay == "plateau" and epoch in t.plateau_at:  # a refit replays the plateaus
+                loop.reductions.append(epoch)
             loop.elapsed = time.perf_counter() - started
             line["elapsed_s"] = loop.elapsed
             loop.history.append(line)
@@ -918,19 +932,71 @@ def _compare_with_pop(
     pop = float(report.metrics[protocol][t.val_metric])
     ours = float(metrics["valid"][protocol][t.val_metric])
     metrics["valid_pop"] = {protocol: {t.val_metric: pop}}
-    if ours <= pop:
+    if ours <= pop * POP_MARGIN:
+        said = "not above" if ours <= pop else f"within {POP_MARGIN - 1:.0%} of"
         print(
-            f"warning: validation {protocol} {t.val_metric} {ours:.4f} is not above POP's "
-            f"{pop:.4f}: the model learned no more than popularity (a longer budget, or "
-            "another recipe)",
+            f"warning: validation {protocol} {t.val_metric} {ours:.4f} is {said} POP's "
+            f"{pop:.4f}: the model learned little more than popularity ({_advice(cfg)})",
             file=sys.stderr,
         )
 
 
+# a model whose validation metric is within this factor of POP's is said to have learned
+# little beyond popularity
+POP_MARGIN = 1.1
+
+
+def _advice(cfg: RunConfig) -> str:
+    """What to try when a run learned too little."""
+    if cfg.train.time_budget:
+        return "train longer: a longer time_budget, or none (it then stops on validation)"
+    return "another recipe: sasrec-ce fits its sizes and loss to the catalogue"
+
+
+def _warn_if_short(cfg: RunConfig, ds: PreparedDataset, history: list[dict[str, Any]]) -> float:
+    """The epochs trained, as passes over the training sequences; one line on stderr when
+    the run ended before one."""
+    n_train = max(1, int((ds.split.training(cfg.train.train_on).lengths >= 2).sum()))
+    passes = sum(h["sequences"] for h in history) / n_train
+    if passes < 1:
+        print(
+            f"warning: the run trained {passes:.2f} of one pass over the training sequences: "
+            f"the model has seen too little to be trusted ({_advice(cfg)})",
+            file=sys.stderr,
+        )
+    return passes
+
+
+def _warn_if_same_top10(
+    training: Training, ds: PreparedDataset, device: torch.device, n: int = 256
+) -> bool:
+    """Whether the chosen state gives the same top-10 to the first `n` test users (one line
+    on stderr when it does: the model ranks by popularity alone)."""
+    test = ds.split.test
+    rows = np.arange(min(n, len(test.targets)))
+    if len(rows) < 2:
+        return False
+    scorer = training.scorer(device)
+    histories = torch.from_numpy(pad_histories(test.histories, rows, scorer.max_len)).to(device)
+    with torch.no_grad():
+        scores = scorer.score(histories).clone()
+    scores[:, 0] = -torch.inf  # the padding id
+    top = torch.topk(scores, min(10, scores.shape[1] - 1), dim=1).indices.sort(dim=1).values
+    same = bool((top == top[:1]).all())
+    if same:
+        print(
+            f"warning: the model gives every one of {len(rows)} test users the same top-10 "
+            f"(it ranks by popularity alone; {_advice(training.cfg)})",
+            file=sys.stderr,
+        )
+    return same
+
+
 def _test_splits(cfg: RunConfig) -> tuple[Split, ...]:
     """What the chosen state is evaluated on: validation and test (nothing was validated when
-    it trained on train+valid: test only)."""
-    return ("valid", "test") if cfg.train.train_on == "train" else ("test",)
+    it trained on train+valid: test only; nothing is held out when it trained on all)."""
+    splits: dict[str, tuple[Split, ...]] = {"train": ("valid", "test"), "train+valid": ("test",)}
+    return splits.get(cfg.train.train_on, ())
 
 
 def _test(
@@ -953,7 +1019,7 @@ def _test(
     if best["state"] is not None:
         model.load_state_dict(best["state"])
     model.eval()
-    metrics: dict[str, Any] = {"model": cfg.model, "dataset": ds.name}
+    metrics: dict[str, Any] = {"model": cfg.model, "dataset": ds.name, "data": _data_record(ds)}
     for split in _test_splits(cfg):
         report = ds.evaluate(
             training.scorer(device),
@@ -974,6 +1040,22 @@ def _test(
     if validating:
         _compare_with_pop(metrics, cfg, ds, device)
     history = loop.history
+    metrics["passes"] = round(_warn_if_short(cfg, ds, history), 4)
+    if not model.blockwise:
+        metrics["same_top10"] = _warn_if_same_top10(training, ds, device)
+    # the steps a run made depend on the machine's speed when the clock ended it or set its
+    # schedule: the same seed then gives another model on a busier or faster machine
+    clock = stopped == "time_budget" or t.decay == "budget"
+    metrics["steps_set_by"] = "clock" if clock else "data"
+    if clock:
+        how = "ended" if stopped == "time_budget" else "scheduled"
+        print(
+            f"note: the time budget ({t.time_budget}) {how} the run after {loop.step:,} "
+            "steps: that number depends on this machine's speed "
+            "and load, so the same seed may give another model elsewhere (without a time budget "
+            "the run stops on validation and is reproducible)",
+            file=sys.stderr,
+        )
     train_seconds = sum(h["epoch_s"] for h in history)
     n_samples = sum(h["sequences"] for h in history)
     val_protocol = parse_protocols(t.val_protocol)[0]
@@ -983,9 +1065,10 @@ def _test(
             "epochs": len(history),
             "steps": loop.step,
             "stopped": stopped,
+            "lr_reductions": loop.reductions,
             "selected_on": f"valid {val_protocol} {t.val_metric}"
             if validating
-            else "being the last (train.train_on = train+valid)",
+            else f"being the last (train.train_on = {t.train_on})",
             "train_on": t.train_on,
             "wall_time_s": time.perf_counter() - loop.started,
             "train_time_s": train_seconds,
@@ -1000,6 +1083,13 @@ def _test(
         }
     )
     return metrics
+
+
+def _data_record(ds: PreparedDataset) -> dict[str, Any]:
+    """What a run's metrics record of its data: its sizes, the k-core that made it (what it
+    removed) and the test targets its training part never holds."""
+    keys = ("users", "items", "actions", "kcore", "test_targets_unseen")
+    return {k: ds.stats[k] for k in keys if k in ds.stats}
 
 
 def _cpu_util(history: list[dict[str, Any]]) -> float | None:
@@ -1097,6 +1187,11 @@ def setup(
         model.init_output_bias(torch.from_numpy(counts).to(device))
     model.train()
     sampler = entry(cfg.model).batches(cfg, ds)
+    if len(sampler) == 0:
+        raise DataError(
+            f"{ds.name}: no user has two items to learn from in the training part "
+            f"(train_on = {t.train_on}): nothing to train on"
+        )
     # "auto" precisions: decided once per run (a resumed run keeps its first decision)
     started = time.perf_counter()
     if precision is None:

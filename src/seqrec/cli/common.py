@@ -21,6 +21,7 @@ from seqrec.config import (
 from seqrec.data import download
 from seqrec.data.prepared import PreparedDataset, prepare
 from seqrec.errors import ConfigError
+from seqrec.reference import is_papers_ml1m
 from seqrec.rundir import RunDir
 
 DATA_DIR_ENV = "SEQREC_DATA_DIR"  # a folder laid out like shared/data (benchmarks, main job)
@@ -206,7 +207,7 @@ def _settings_of_the_run(args: argparse.Namespace, run: str) -> None:
 
 
 def _is_ml1m(ds: PreparedDataset) -> bool:
-    return ds.stats.get("users") == 6040 and ds.stats.get("items") == 3416
+    return is_papers_ml1m(ds.stats)
 
 
 def _id_list(text: str) -> list[object]:

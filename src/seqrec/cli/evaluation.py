@@ -248,7 +248,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     check_out_file(out, replace=args.force, inputs=args.runs)
     if args.users < 0:
         raise ConfigError(f"--users must be >= 0, got {args.users}")
-    print(f"-> {write_report(args.runs, out, users=args.users, trust=args.trust)}")
+    if args.items is not None and not Path(args.items).is_file():
+        raise ConfigError(f"--items {args.items}: no such file (item metadata, e.g. movies.dat)")
+    page = write_report(args.runs, out, users=args.users, trust=args.trust, items=args.items)
+    print(f"-> {page}")
     return 0
 
 
@@ -366,6 +369,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("runs", nargs="+", metavar="RUN_DIR")
     p.add_argument("--out", required=True, help="the HTML file, e.g. report.html")
     p.add_argument("--users", type=int, default=3, help="users whose top-10 is listed (3)")
+    p.add_argument("--items", help="item metadata (MovieLens movies.dat) for the top-10s' titles")
     p.add_argument("--force", action="store_true", help="replace an existing --out file")
     p.add_argument(
         "--trust", action="store_true", help="read runs that have no manifest (sha256.json)"

@@ -43,6 +43,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     )
     exclude = not args.include_seen
     candidates = _id_list(args.candidates) if args.candidates else None
+    if args.exclude:
+        rec.exclude_items(_id_list(args.exclude))
     if args.input:
         data = dataclasses.replace(rec.run.config.data, **_column_flags(args))
         users, histories = read_histories(
@@ -118,6 +120,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_queue=args.max_queue,
         threads=args.threads,
         http=args.http,
+        exclude_items=tuple(_read_ids(args.exclude_items)) if args.exclude_items else (),
     )
     serve(
         args.run,
@@ -132,6 +135,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         access_log=not args.no_access_log,
     )
     return 0
+
+
+def _read_ids(path: str) -> list[Any]:
+    """The item ids of a file, one a line (blank lines and `#` comments skipped)."""
+    from seqrec.files import bound, read_checked
+
+    try:
+        text = read_checked(Path(path), bound("vocab"), error=ConfigError).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"--exclude-items {path}: not UTF-8 text") from None
+    lines = (line.split("#", 1)[0].strip() for line in text.splitlines())
+    return [_parse_id(line) for line in lines if line]
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -152,6 +167,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("-k", type=int, default=10, help="how many items (default 10)")
     p.add_argument("--include-seen", action="store_true", help="keep the history's own items")
     p.add_argument("--candidates", help="rank only these item ids: 1,2,3")
+    p.add_argument("--exclude", help="never recommend these item ids: 1,2,3")
     p.add_argument("--unknown", choices=["drop", "reject"], default="drop")
     p.add_argument("--items", help="item metadata (MovieLens movies.dat) for titles")
     p.add_argument("--json", action="store_true")
@@ -168,6 +184,11 @@ def add_parsers(sub: Any) -> None:
         "--device", default="cpu", help="where the model scores: cpu (default), cuda, auto"
     )
     p.add_argument("--unknown", choices=["drop", "reject"], default="drop")
+    p.add_argument(
+        "--exclude-items",
+        metavar="FILE",
+        help="item ids never recommended, one a line (out of stock); unknown ids are ignored",
+    )
     p.add_argument("--max-history", type=int, default=10_000, help="longest history accepted")
     p.add_argument("--max-batch", type=int, default=1024, help="histories per batch request")
     p.add_argument("--max-body", type=int, default=1_000_000, help="request body bytes")

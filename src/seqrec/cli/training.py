@@ -18,8 +18,9 @@ from seqrec.cli.common import (
     _say_short_budget,
     _source_data,
 )
-from seqrec.config import RunConfig, refit_config
+from seqrec.config import ANY_LOG_ADAPT, RunConfig, refit_config
 from seqrec.data.prepared import PreparedDataset, prepare
+from seqrec.data.split import TrainOn
 from seqrec.distributed import on_main, process_group, ranks
 from seqrec.errors import ConfigError
 from seqrec.report import metrics_table, run_label
@@ -35,6 +36,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg = RunDir(args.out).config()
     else:
         extra = [f"model={json.dumps(args.model)}"]
+        if not args.config:  # the model's defaults, their sizes and loss fitted to the data
+            args.set = [ANY_LOG_ADAPT, *(args.set or [])]
         if args.time_budget:
             extra.append(f"train.time_budget={json.dumps(args.time_budget)}")
         if args.model == "sasrec" and not args.config:
@@ -42,8 +45,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             # paper's BCE with one negative on every dataset measured (docs/results/sasrec.md)
             args.config = "sasrec-ce"
             notice = (
-                "sasrec: the sasrec-ce recipe (full cross-entropy, schedule fitted to the "
-                "budget); --config ml-1m-sasrec for the paper's recipe"
+                "sasrec: the sasrec-ce recipe (cross-entropy, trained until validation stops "
+                "improving); --config ml-1m-sasrec for the paper's recipe"
             )
         args.set = [*(args.set or []), *extra]
         cfg = _run_config(args)
@@ -66,11 +69,19 @@ def cmd_refit(args: argparse.Namespace) -> int:
                 "its validation chose"
             )
         best = int(metrics["best_epoch"])
-        cfg = refit_config(RunDir(run, trust=args.trust).config(), best)
+        on: TrainOn = "all" if args.all else "train+valid"
+        cfg = refit_config(
+            RunDir(run, trust=args.trust).config(), best, metrics.get("lr_reductions", ()), on
+        )
         data = args.data or _source_data(run)
+        items, tested = (
+            ("every item", "nothing is held out to test it")
+            if args.all
+            else ("the training and validation items", "the last state is tested")
+        )
         print(
             f"refit of {run}: {cfg.train.max_epochs} epochs (its validation chose epoch {best}) "
-            "on the training and validation items; the last state is tested",
+            f"on {items}; {tested}",
             flush=True,
         )
     return _train(args, cfg, data, source={"data": data, "refit_of": str(run)}, inputs=[data, run])
@@ -123,7 +134,8 @@ def _train(
         return 0
     m = result.metrics
     label = run_label(cfg.model, cfg.train.loss)
-    print(metrics_table(m["test"], model=label, with_paper=_is_ml1m(ds)))
+    if "test" in m:  # a run trained on every item has nothing held out to test
+        print(metrics_table(m["test"], model=label, with_paper=_is_ml1m(ds)))
     print(
         f"\n{m['epochs']} epochs ({m['stopped']}), tested epoch {m['best_epoch']}, chosen by "
         f"{m['selected_on']}; {m['train_time_s'] / 60:.1f} min, {m['seq_per_s']:.0f} seq/s "
@@ -154,6 +166,11 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--force", action="store_true", help="prepare again even if unchanged")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--resume", action="store_true", help="continue the interrupted refit in --out")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="train on every item, the test ones too (the state to serve; tested on nothing)",
+    )
     _add_trust_flag(p)
     _add_run_out_flags(p)
     p.set_defaults(func=cmd_refit)

@@ -1,7 +1,11 @@
 """DataFrames in: a log held in memory (a polars DataFrame or LazyFrame, a pandas DataFrame, an
 Arrow table) -> the interactions table the readers give (seqrec.data.io), with any id types and
 datetime, numeric or no timestamps. pandas and pyarrow are not dependencies: a frame of theirs
-is read column by column through numpy (pyarrow is needed only to pass an Arrow table)."""
+is read column by column through numpy (pyarrow is needed only to pass an Arrow table).
+
+And frames out: `frame_kind` names the kind of a frame ("polars", "pandas", "arrow"), and
+`as_kind` gives a polars answer in that kind (pandas built column by column through numpy, so
+pandas out needs no pyarrow either)."""
 
 from __future__ import annotations
 
@@ -13,13 +17,50 @@ import polars as pl
 from seqrec.data.io import INTERACTION_COLUMNS, check_column_types
 from seqrec.errors import DataError
 
-__all__ = ["frame_fingerprint", "interactions_from_frame", "is_frame"]
+__all__ = [
+    "FRAME_KINDS",
+    "as_kind",
+    "frame_fingerprint",
+    "frame_kind",
+    "interactions_from_frame",
+    "is_frame",
+]
+
+FRAME_KINDS = ("polars", "pandas", "arrow")
 
 
 def is_frame(data: Any) -> bool:
     """Whether `data` is a table held in memory (rather than a path or a dataset name)."""
     kind = type(data).__module__.split(".")[0]
     return isinstance(data, pl.DataFrame | pl.LazyFrame) or kind in ("pandas", "pyarrow")
+
+
+def frame_kind(data: Any) -> str:
+    """The kind of a frame ("polars" for a DataFrame or LazyFrame, "pandas", "arrow"), and
+    "polars" for anything else (a path, a dataset name): what answers about it are given as."""
+    kind = type(data).__module__.split(".")[0]
+    return {"pandas": "pandas", "pyarrow": "arrow"}.get(kind, "polars")
+
+
+def as_kind(df: pl.DataFrame, kind: str) -> Any:
+    """`df` as a frame of `kind` (FRAME_KINDS). pandas: built from numpy columns (no pyarrow);
+    arrow: polars' own conversion (pyarrow, which an Arrow table in already has)."""
+    if kind == "polars":
+        return df
+    if kind == "pandas":
+        import pandas as pd
+
+        return pd.DataFrame({c: _numpy(df.get_column(c)) for c in df.columns})
+    if kind == "arrow":
+        return df.to_arrow()
+    raise DataError(f"frame: expected one of {', '.join(FRAME_KINDS)}, got {kind!r}")
+
+
+def _numpy(col: pl.Series) -> Any:
+    """A column for pandas: numbers as numpy arrays, text and mixed ids as objects."""
+    if col.dtype.is_numeric() and not col.null_count():
+        return col.to_numpy()
+    return col.to_list()
 
 
 def _columns(data: Any) -> list[str]:

@@ -209,17 +209,28 @@ def _settings(data_cfg: DataConfig, eval_cfg: EvalConfig) -> dict[str, Any]:
     }
 
 
-DEFAULT_KCORE = 5  # both papers' k-core on raw logs
+DEFAULT_KCORE = 5  # both papers' k-core on their raw logs
 # Formats whose files are already a paper's dataset (filtered and mapped to ids by its authors).
 PUBLISHED_FORMATS = frozenset({"user-item"})
 
 
-def kcore_thresholds(data_cfg: DataConfig, fmt: str | None) -> tuple[int, int]:
+def kcore_thresholds(
+    data_cfg: DataConfig, fmt: str | None, papers: bool = False
+) -> tuple[int, int]:
     """The (users, items) k-core a prepare applies: the configured thresholds; an unset one is
-    5 for a raw log and 1 (no filter) for a published `user item` file."""
-    default = 1 if fmt in PUBLISHED_FORMATS else DEFAULT_KCORE
+    5 for one of the papers' raw datasets by name (`papers`: ml-1m, ml-20m, steam, beauty, as
+    the papers prepared them) and 1 (no filter) for any other log: a user's log is kept whole
+    (every item can be recommended, every user evaluated)."""
+    default = DEFAULT_KCORE if papers and fmt not in PUBLISHED_FORMATS else 1
     u, i = data_cfg.min_user_interactions, data_cfg.min_item_interactions
     return (default if u is None else u, default if i is None else i)
+
+
+def _kcore_key(data_cfg: DataConfig, kcore: tuple[int, int]) -> dict[str, Any]:
+    """The key's record of a k-core that the settings leave unset: none for the papers' 5-core
+    (the keys of datasets prepared before logs were kept whole), else the thresholds."""
+    unset = data_cfg.min_user_interactions is None and data_cfg.min_item_interactions is None
+    return {} if not unset or kcore == (DEFAULT_KCORE, DEFAULT_KCORE) else {"kcore": list(kcore)}
 
 
 def _note_unfiltered(source: Path, df: pl.DataFrame) -> None:
@@ -293,7 +304,10 @@ def prepare(
     if Path(data).is_dir():  # sequences prepared by another engine (read_sequences)
         return _prepare_sequences(Path(data), data_cfg, eval_cfg, out, force, progress, inputs)
     source, fmt = resolve_source(str(data), data_cfg.format, progress=progress)
+    fmt = fmt or detect_format(source)
+    kcore = kcore_thresholds(data_cfg, fmt, papers=str(data) in download.DATASETS)
     key = {"source": _fingerprint(source), **_settings(data_cfg, eval_cfg)}
+    key |= _kcore_key(data_cfg, kcore)
     name = name or (str(data) if str(data) in download.DATASETS else _dataset_name(source))
     cached = out is None  # the cache's own folder, named by the key: seqrec's to replace
     out = out or _default_dir(name, key)
@@ -310,13 +324,10 @@ def prepare(
         separator=data_cfg.separator,
         reader=data_cfg.reader,
     )
-    fmt = fmt or detect_format(source)
     if data_cfg.split == "time" and fmt in PUBLISHED_FORMATS:
         raise ConfigError(f'{source}: data.split = "time" needs timestamps; a {fmt} file has none')
-    kcore = kcore_thresholds(data_cfg, fmt)
     unset = data_cfg.min_user_interactions is None and data_cfg.min_item_interactions is None
-    published, rows = fmt in PUBLISHED_FORMATS, df.height
-    if published and unset:
+    if fmt in PUBLISHED_FORMATS and unset:
         _note_unfiltered(source, df)
     ds = prepare_frame(
         df,
@@ -329,14 +340,6 @@ def prepare(
         replace=True,  # checked above
         progress=progress,
     )
-    if published and ds.stats["actions"] < rows:  # a recipe's k-core applied to a paper's file
-        print(
-            f"{source.name}: a published `user item` dataset, the configured k-core ({kcore[0]} "
-            f"a user, {kcore[1]} an item) keeps {ds.stats['actions']:,} of its {rows:,} "
-            "interactions (data.min_user_interactions = 1 and data.min_item_interactions = 1 "
-            "take it as it is)",
-            file=sys.stderr,
-        )
     return ds
 
 
@@ -386,7 +389,9 @@ def _prepare_in_memory(
         data, user_col=data_cfg.user_col, item_col=data_cfg.item_col, time_col=data_cfg.time_col
     )
     name = name or "frame"
+    kcore = kcore_thresholds(data_cfg, None)  # a user's log: whole unless configured
     key = {"source": {"frame": frame_fingerprint(df)}, **_settings(data_cfg, eval_cfg)}
+    key |= _kcore_key(data_cfg, kcore)
     cached = out is None
     out = out or _default_dir(name, key)
     if (reused := _reuse(out, key, cached, force, inputs)) is not None:
@@ -398,7 +403,7 @@ def _prepare_in_memory(
         key=key,
         data_cfg=data_cfg,
         eval_cfg=eval_cfg,
-        kcore=kcore_thresholds(data_cfg, None),  # a raw log: the 5-core unless configured
+        kcore=kcore,
         replace=True,  # checked above
         progress=progress,
     )
@@ -527,8 +532,10 @@ def prepare_frame(
     progress: bool = False,
 ) -> PreparedDataset:
     """Prepare an in-memory interactions table (e.g. synthetic data) into `out`; `kcore`
-    (users, items) defaults to the configured thresholds, 5 where unset. `out` must be new,
-    empty or (with `replace`) a prepared dataset (seqrec.outputs)."""
+    (users, items) defaults to the configured thresholds, 1 (no filter) where unset. A k-core
+    that removes anything says so in one line on stderr, and the dataset's stats record it
+    ("kcore"). `out` must be new, empty or (with `replace`) a prepared dataset
+    (seqrec.outputs)."""
     out = Path(out)
     if check_out_dir(out, "prepared") and not replace:
         raise ConfigError(f"{out}: holds a prepared dataset; replace=True replaces it")
@@ -543,7 +550,17 @@ def prepare_frame(
     )
     _check_split(data_cfg)
     pre = preprocess(interactions, min_user_interactions=min_user, min_item_interactions=min_item)
-    return _finish(pre, out, name, key, data_cfg, eval_cfg, stages)
+    if pre.removed["interactions"]:
+        r = pre.removed
+        print(
+            f"{name}: the {min_user}-user/{min_item}-item core removed {r['users']:,} users, "
+            f"{r['items']:,} items and {r['interactions']:,} of {interactions.height:,} "
+            "interactions (data.min_user_interactions = 1 and data.min_item_interactions = 1 "
+            "keep them)",
+            file=sys.stderr,
+        )
+    kcore_stats = {"min_user": min_user, "min_item": min_item, "removed": pre.removed}
+    return _finish(pre, out, name, key, data_cfg, eval_cfg, stages, kcore_stats)
 
 
 def _finish(
@@ -554,9 +571,14 @@ def _finish(
     data_cfg: DataConfig,
     eval_cfg: EvalConfig,
     stages: Progress,
+    kcore: dict[str, Any] | None = None,
 ) -> PreparedDataset:
-    """The split, the sampled candidates and the directory of preprocessed sequences."""
+    """The split, the sampled candidates and the directory of preprocessed sequences; the
+    stats record the k-core (`kcore`) and how many test targets are items the training part
+    never holds (a model cannot have learned them: reported, not dropped)."""
     stats: dict[str, Any] = dataset_stats(pre.sequences)
+    if kcore is not None:
+        stats["kcore"] = kcore
     before = None
     if data_cfg.split == "time":
         assert pre.times is not None and data_cfg.time_cut is not None
@@ -577,6 +599,16 @@ def _finish(
                 f"(data.time_cut = {data_cfg.time_cut!r})"
             )
     split = leave_one_out(pre.sequences) if before is None else time_split(pre.sequences, before)
+    seen = np.zeros(pre.sequences.n_items + 1, dtype=bool)
+    seen[split.train.items] = True
+    unseen = int((~seen[split.test.targets]).sum())
+    stats["test_targets_unseen"] = unseen
+    if unseen:
+        stages.note(
+            f"prepare {name}: {unseen:,} of {len(split.test.targets):,} test targets are items "
+            "the training part never holds (counted in every metric: no model can rank them "
+            "from what it learned)"
+        )
     stages.note(f"prepare {name}: sampling the candidates of {pre.sequences.n_users:,} users")
     negatives = _sample_all(pre.sequences, split, eval_cfg)
     manifest = {"name": name, "key": key, "stats": stats}

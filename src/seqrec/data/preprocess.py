@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
@@ -94,6 +94,8 @@ class Preprocessed:
     user_ids: pl.Series  # external id of internal user u at position u
     item_ids: pl.Series  # external id of internal item i at position i - 1
     times: np.ndarray | None = None  # (T,) the timestamp of each of `sequences.items`
+    # what the k-core removed: {"users", "items", "interactions"} (all 0 when nothing)
+    removed: dict[str, int] = field(default_factory=dict)
 
 
 def kcore_mask(
@@ -144,17 +146,25 @@ def preprocess(
             f"no interactions left after the {min_user_interactions}-user/"
             f"{min_item_interactions}-item core filter"
         )
+    before = (len(user_ids), len(item_ids), df.height)
     if not keep.all():
         del u_codes, i_codes
         df = df.filter(pl.Series(keep))
         u_codes, user_ids = dense_codes(df.get_column("user"))
         i_codes, item_ids = dense_codes(df.get_column("item"))
     del keep
+    removed = {
+        "users": before[0] - len(user_ids),
+        "items": before[1] - len(item_ids),
+        "interactions": before[2] - df.height,
+    }
     lengths = np.bincount(u_codes, minlength=len(user_ids))
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     seqs = Sequences(items=i_codes + 1, offsets=offsets, n_items=len(item_ids))
     times = df.get_column("timestamp").to_numpy().astype(np.int64)
-    return Preprocessed(sequences=seqs, user_ids=user_ids, item_ids=item_ids, times=times)
+    return Preprocessed(
+        sequences=seqs, user_ids=user_ids, item_ids=item_ids, times=times, removed=removed
+    )
 
 
 def dataset_stats(seqs: Sequences) -> dict[str, float | int]:

@@ -40,8 +40,9 @@ __all__ = [
 ]
 
 Split = Literal["valid", "test"]
-# what a model learns from: the training part, or that and the validation items
-TrainOn = Literal["train", "train+valid"]
+# what a model learns from: the training part, that and the validation items, or every item
+# (nothing held out: the state to serve, tested on nothing)
+TrainOn = Literal["train", "train+valid", "all"]
 
 
 @dataclass(frozen=True)
@@ -75,8 +76,9 @@ class LeaveOneOut:
         raise ValueError(f"split must be 'valid' or 'test', got {split!r}")
 
     def training(self, train_on: TrainOn = "train") -> Sequences:
-        """The sequences a model learns from: `train`, or ("train+valid") every user's items but
-        the test one, validation item included (the original BERT4Rec code's training data)."""
+        """The sequences a model learns from: `train`, ("train+valid") every user's items but
+        the test one, validation item included (the original BERT4Rec code's training data), or
+        ("all") every item (a model to serve: nothing is held out from it)."""
         if train_on == "train":
             return self.train
         if train_on == "train+valid":
@@ -84,7 +86,9 @@ class LeaveOneOut:
             evaluated = np.zeros(self.sequences.n_users, dtype=bool)
             evaluated[self.test.users] = True
             return self.sequences.take(users, drop_last=np.where(evaluated, 1, 0))
-        raise ValueError(f"train_on must be 'train' or 'train+valid', got {train_on!r}")
+        if train_on == "all":
+            return self.sequences
+        raise ValueError(f"train_on must be 'train', 'train+valid' or 'all', got {train_on!r}")
 
 
 def leave_one_out(seqs: Sequences) -> LeaveOneOut:
