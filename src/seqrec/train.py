@@ -719,11 +719,16 @@ def _train(
         batches.close()
         if events is not None:
             events.close()
+    splits = _test_splits(cfg)
+    chosen = loop.best["epoch"] if validating else len(loop.history) - 1
     bar.note(
-        f"stopped ({stopped}) after {len(loop.history)} epochs; evaluating epoch "
-        f"{loop.best['epoch'] if validating else len(loop.history) - 1} on "
-        f"{' and '.join(_test_splits(cfg))} ({', '.join(cfg.eval.protocols or PROTOCOLS)}, "
-        f"{ds.n_users:,} users)"
+        f"stopped ({stopped}) after {len(loop.history)} epochs; "
+        + (
+            f"evaluating epoch {chosen} on {' and '.join(splits)} "
+            f"({', '.join(cfg.eval.protocols or PROTOCOLS)}, {ds.n_users:,} users)"
+            if splits
+            else f"keeping epoch {chosen} (trained on every item: nothing held out to test)"
+        )
     )
     bar.close()
     return stopped
