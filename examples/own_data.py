@@ -1,8 +1,10 @@
 """Your own data in ten lines: a log of string ids with a datetime column -> a trained model ->
-its test metrics, a top-10 DataFrame, similar items, and the same answers after save/load.
+its test metrics, a top-10 DataFrame, similar items, the model refitted on every item, and the
+same answers after save/load.
 
     python examples/own_data.py                       # a synthetic log of string ids
-    python examples/own_data.py events.parquet 2m     # your log (user_id, sku, ts), a budget
+    python examples/own_data.py events.parquet        # your log (user_id, sku, ts)
+    python examples/own_data.py events.parquet 2m     # ... with a time budget as a cap
 """
 
 import sys
@@ -32,7 +34,7 @@ if __name__ == "__main__":
         if source
         else synthetic_log()
     )
-    budget = sys.argv[2] if len(sys.argv) > 2 else "30s"
+    budget = sys.argv[2] if len(sys.argv) > 2 else None  # none: it stops on validation
 
     # the ten lines
     model = seqrec.SASRec().fit(
@@ -43,6 +45,8 @@ if __name__ == "__main__":
     top = model.recommend(users, k=10, filter_viewed=True)  # user, rank, item, score
     print(top.head(10))
     print(model.similar_items([top["item"][0]], k=5))  # item-to-item
+    model.refit()  # again on every item, for the epochs validation chose: the model to serve
+    top = model.recommend(users, k=10, filter_viewed=True)
     with tempfile.TemporaryDirectory() as tmp:
         again = seqrec.load(model.save(f"{tmp}/model")).recommend(users, k=10)
     print("same after save/load:", again["item"].equals(top["item"]))

@@ -87,3 +87,26 @@ def test_the_mode_follows_the_terminal_or_the_setting(
     silent.report(loss="0.5")
     silent.note("nothing")
     assert capsys.readouterr().err == ""
+
+
+def test_a_notebook_gets_a_bar(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a Jupyter kernel (IPython's ZMQ shell) stderr is no terminal, yet a bar is shown
+    (tqdm.auto's); an IPython terminal shell or plain Python writes lines."""
+    import sys
+    import types
+
+    monkeypatch.delenv("SEQREC_PROGRESS", raising=False)
+
+    class ZMQInteractiveShell:  # the class name Jupyter's kernel gives its shell
+        pass
+
+    class TerminalInteractiveShell:
+        pass
+
+    for shell, want in ((ZMQInteractiveShell, True), (TerminalInteractiveShell, False)):
+        fake = types.ModuleType("IPython")
+        fake.get_ipython = shell  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, "IPython", fake)
+        assert interactive(io.StringIO()) is want
+    monkeypatch.delitem(sys.modules, "IPython")
+    assert interactive(io.StringIO()) is False

@@ -75,6 +75,7 @@ class Model:
         self.params = dict(params)
         self.run_dir_: Path | None = None
         self.frame_ = "polars"  # the kind of frame answers come as: the fitted data's
+        self.validated_metrics_: dict[str, Any] | None = None  # before a refit on every item
         self._rec: Recommender | None = None
         self._tmp: list[tempfile.TemporaryDirectory[str]] = []
 
@@ -349,8 +350,16 @@ class Model:
         split: str = "test",
         ks: Sequence[int] = (1, 5, 10),
     ) -> dict[str, dict[str, float]]:
-        """Metrics of the fitted model on `split` of its data under each protocol."""
+        """Metrics of the fitted model on `split` of its data under each protocol. A model
+        refitted on every item has trained on the test items: nothing is left to measure it
+        on (the validated run's metrics are `validated_metrics_`)."""
         from seqrec.evaluate import parse_protocols
+
+        if (self.metrics_ or {}).get("train_on") == "all":
+            raise ConfigError(
+                "evaluate: this model was refitted on every item, the test ones too; its "
+                "validated run's metrics are validated_metrics_"
+            )
 
         report = self.dataset_.evaluate(
             self.recommender_.model,

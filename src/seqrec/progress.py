@@ -1,7 +1,8 @@
-"""Progress on long work, readable wherever it goes: tqdm's bar on a terminal; in a log file or
-a pipe, one plain line per report (an epoch, a phase) and never a carriage-return redraw, so a
-long run's log holds its epochs, not thousands of bar frames. SEQREC_PROGRESS=bar or lines
-chooses either way."""
+"""Progress on long work, readable wherever it goes: tqdm's bar on a terminal and in a Jupyter
+notebook (tqdm.auto: a widget where ipywidgets is installed); in a log file or a pipe, one
+plain line per report (an epoch, a phase) and never a carriage-return redraw, so a long run's
+log holds its epochs, not thousands of bar frames. SEQREC_PROGRESS=bar or lines chooses either
+way."""
 
 from __future__ import annotations
 
@@ -11,17 +12,25 @@ import time
 from typing import IO, Any
 
 from tqdm import tqdm
+from tqdm.auto import tqdm as auto_tqdm
 
-__all__ = ["Progress", "interactive"]
+__all__ = ["Progress", "in_notebook", "interactive"]
 
 
 def interactive(stream: IO[str] | None = None) -> bool:
-    """Whether progress goes to a terminal (a bar) or elsewhere (plain lines)."""
+    """Whether progress goes to a terminal or a notebook (a bar) or elsewhere (plain lines)."""
     mode = os.environ.get("SEQREC_PROGRESS", "")
     if mode in ("bar", "lines"):
         return mode == "bar"
     stream = stream or sys.stderr
-    return bool(getattr(stream, "isatty", lambda: False)())
+    return bool(getattr(stream, "isatty", lambda: False)()) or in_notebook()
+
+
+def in_notebook() -> bool:
+    """Whether this process is a Jupyter kernel (IPython's ZMQ shell)."""
+    shell = sys.modules.get("IPython")
+    get = getattr(shell, "get_ipython", None)
+    return get is not None and type(get()).__name__ == "ZMQInteractiveShell"
 
 
 class Progress:
@@ -42,7 +51,8 @@ class Progress:
         self.started = time.perf_counter() if enabled else 0.0  # no clock read when silent
         self.bar: Any = None
         if enabled and interactive():
-            self.bar = tqdm(
+            bar = auto_tqdm if in_notebook() else tqdm
+            self.bar = bar(
                 total=total,
                 initial=initial,
                 desc=desc,

@@ -56,7 +56,7 @@ from seqrec.distributed import (
     shard,
 )
 from seqrec.errors import ConfigError, DataError, TrainingError
-from seqrec.evaluate import PROTOCOLS, evaluate, pad_histories, parse_protocols
+from seqrec.evaluate import PROTOCOLS, evaluate, parse_protocols
 from seqrec.losses import LossSpec, full_cross_entropy, model_loss
 from seqrec.metrics import summarize
 from seqrec.models.base import BlockScores, Sampler, SequenceModel
@@ -64,6 +64,7 @@ from seqrec.outputs import check_out_dir
 from seqrec.progress import Progress
 from seqrec.provenance import cpu_flags, git_commit, git_diff, machine
 from seqrec.registry import entry
+from seqrec.run_checks import judge
 from seqrec.rundir import RunDir
 from seqrec.validation import validate
 
@@ -914,89 +915,6 @@ def _validate(
     return float(summarize(ranks, cfg.eval.ks)[t.val_metric])
 
 
-def _compare_with_pop(
-    metrics: dict[str, Any], cfg: RunConfig, ds: PreparedDataset, device: torch.device
-) -> None:
-    """POP's validation metric beside the chosen state's (metrics["valid_pop"]); one line on
-    stderr when the model did not beat it (too short a budget, or a recipe that does not
-    suit the data)."""
-    from seqrec.models.baselines import Popularity
-
-    t = cfg.train
-    protocol = parse_protocols(t.val_protocol)[0]
-    report = ds.evaluate(
-        Popularity.fit(ds.split.training(t.train_on)),
-        "valid",
-        protocols=(protocol,),
-        ks=cfg.eval.ks,
-        batch_size=cfg.eval.batch_size,
-        device=device,
-        sample_users=cfg.eval.sample_users,
-        seed=cfg.eval.negative_seed,
-    )
-    pop = float(report.metrics[protocol][t.val_metric])
-    ours = float(metrics["valid"][protocol][t.val_metric])
-    metrics["valid_pop"] = {protocol: {t.val_metric: pop}}
-    if ours <= pop * POP_MARGIN:
-        said = "not above" if ours <= pop else f"within {POP_MARGIN - 1:.0%} of"
-        print(
-            f"warning: validation {protocol} {t.val_metric} {ours:.4f} is {said} POP's "
-            f"{pop:.4f}: the model learned little more than popularity ({_advice(cfg)})",
-            file=sys.stderr,
-        )
-
-
-# a model whose validation metric is within this factor of POP's is said to have learned
-# little beyond popularity
-POP_MARGIN = 1.1
-
-
-def _advice(cfg: RunConfig) -> str:
-    """What to try when a run learned too little."""
-    if cfg.train.time_budget:
-        return "train longer: a longer time_budget, or none (it then stops on validation)"
-    return "another recipe: sasrec-ce fits its sizes and loss to the catalogue"
-
-
-def _warn_if_short(cfg: RunConfig, ds: PreparedDataset, history: list[dict[str, Any]]) -> float:
-    """The epochs trained, as passes over the training sequences; one line on stderr when
-    the run ended before one."""
-    n_train = max(1, int((ds.split.training(cfg.train.train_on).lengths >= 2).sum()))
-    passes = sum(h["sequences"] for h in history) / n_train
-    if passes < 1:
-        print(
-            f"warning: the run trained {passes:.2f} of one pass over the training sequences: "
-            f"the model has seen too little to be trusted ({_advice(cfg)})",
-            file=sys.stderr,
-        )
-    return passes
-
-
-def _warn_if_same_top10(
-    training: Training, ds: PreparedDataset, device: torch.device, n: int = 256
-) -> bool:
-    """Whether the chosen state gives the same top-10 to the first `n` test users (one line
-    on stderr when it does: the model ranks by popularity alone)."""
-    test = ds.split.test
-    rows = np.arange(min(n, len(test.targets)))
-    if len(rows) < 2:
-        return False
-    scorer = training.scorer(device)
-    histories = torch.from_numpy(pad_histories(test.histories, rows, scorer.max_len)).to(device)
-    with torch.no_grad():
-        scores = scorer.score(histories).clone()
-    scores[:, 0] = -torch.inf  # the padding id
-    top = torch.topk(scores, min(10, scores.shape[1] - 1), dim=1).indices.sort(dim=1).values
-    same = bool((top == top[:1]).all())
-    if same:
-        print(
-            f"warning: the model gives every one of {len(rows)} test users the same top-10 "
-            f"(it ranks by popularity alone; {_advice(training.cfg)})",
-            file=sys.stderr,
-        )
-    return same
-
-
 def _test_splits(cfg: RunConfig) -> tuple[Split, ...]:
     """What the chosen state is evaluated on: validation and test (nothing was validated when
     it trained on train+valid: test only; nothing is held out when it trained on all)."""
@@ -1042,25 +960,11 @@ def _test(
                 **metrics.get("eval_sample_users", {}),
                 split: len(report.users),
             }
-    if validating:
-        _compare_with_pop(metrics, cfg, ds, device)
     history = loop.history
-    metrics["passes"] = round(_warn_if_short(cfg, ds, history), 4)
-    if not model.blockwise:
-        metrics["same_top10"] = _warn_if_same_top10(training, ds, device)
-    # the steps a run made depend on the machine's speed when the clock ended it or set its
-    # schedule: the same seed then gives another model on a busier or faster machine
-    clock = stopped == "time_budget" or t.decay == "budget"
-    metrics["steps_set_by"] = "clock" if clock else "data"
-    if clock:
-        how = "ended" if stopped == "time_budget" else "scheduled"
-        print(
-            f"note: the time budget ({t.time_budget}) {how} the run after {loop.step:,} "
-            "steps: that number depends on this machine's speed "
-            "and load, so the same seed may give another model elsewhere (without a time budget "
-            "the run stops on validation and is reproducible)",
-            file=sys.stderr,
-        )
+    # what the run learned, said where it is too little (seqrec.run_checks)
+    metrics.update(
+        judge(cfg, ds, history, metrics, stopped, loop.step, training.scorer(device), device)
+    )
     train_seconds = sum(h["epoch_s"] for h in history)
     n_samples = sum(h["sequences"] for h in history)
     val_protocol = parse_protocols(t.val_protocol)[0]
