@@ -28,7 +28,14 @@ from typing import Any
 
 import polars as pl
 
-from _common import paper_beauty, paper_ml1m, runs_dir, train_or_reuse, write_results
+from _common import (
+    paper_beauty,
+    paper_ml1m,
+    results_stem,
+    runs_dir,
+    train_or_reuse,
+    write_results,
+)
 from seqrec.config import ANY_LOG_ADAPT, RunConfig, adapt_to_data, load_config
 from seqrec.data.prepared import PreparedDataset, prepare
 from seqrec.data.synthetic import synthetic_interactions
@@ -95,6 +102,12 @@ def main() -> None:
         return
     rows: list[dict[str, Any]] = []
     runs = []
+    # the estimates of runs this table reuses, as an earlier invocation timed them
+    earlier = results_stem(args.name or "recipes").with_suffix(".json")
+    timed = {
+        (r["log"], r["recipe"]): r.get("epochs_estimate")
+        for r in (json.loads(earlier.read_text())["rows"] if earlier.exists() else [])
+    }
     for log in args.log or LOGS:
         src, sets = source(log, args)
         pop: dict[str, Any] | None = None
@@ -105,7 +118,8 @@ def main() -> None:
                 report = ds.evaluate(Popularity.fit(ds.split.train), "test")
                 pop = report.metrics["full"]
             out = runs_dir(args.runs_dir) / f"recipes-{log}-{recipe}"
-            bought = None if RunDir(out, trust=True).finished else estimate(ds, cfg)
+            finished = RunDir(out, trust=True).finished
+            bought = timed.get((log, recipe)) if finished else estimate(ds, cfg)
             m, _ = train_or_reuse(ds, cfg, out, src)
             runs.append(out)
             trained = RunDir(out, trust=True).config()  # the sizes it fitted, as recorded
@@ -117,6 +131,7 @@ def main() -> None:
                     "users": ds.n_users,
                     "items": ds.n_items,
                     "max_len": getattr(trained, section).max_len,
+                    "dropout": getattr(getattr(trained, section), "dropout", None),
                     "batch_size": trained.train.batch_size,
                     "loss": trained.train.loss,
                     "n_negatives": trained.train.n_negatives
@@ -237,9 +252,9 @@ def _markdown(rows: list[dict[str, Any]], budget: str) -> str:
         "Test split, full ranking (every item a candidate), the state chosen on validation; "
         "POP on the same data beside each log.",
         "",
-        "| log | users | items | recipe | max_len | batch | loss | epochs (estimated) "
+        "| log | users | items | recipe | max_len | dropout | batch | loss | epochs (estimated) "
         "| stopped | seq/s | HR@10 | NDCG@10 | POP NDCG@10 |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         t = r["test"]
@@ -250,7 +265,8 @@ def _markdown(rows: list[dict[str, Any]], budget: str) -> str:
         epochs = f"{r['epochs']}" + (f" ({est:.1f})" if est is not None else "")
         lines.append(
             f"| {r['log']} | {r['users']:,} | {r['items']:,} | {r['recipe']} | {r['max_len']} "
-            f"| {r['batch_size']} | {loss} | {epochs} | {r.get('stopped', '')} "
+            f"| {r.get('dropout', '')} | {r['batch_size']} | {loss} | {epochs} "
+            f"| {r.get('stopped', '')} "
             f"| {r['seq_per_s']:.0f} | {t['hr@10']:.4f} | {t['ndcg@10']:.4f} "
             f"| {r['pop']['ndcg@10']:.4f} |"
         )

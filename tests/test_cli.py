@@ -168,6 +168,41 @@ def test_refit_trains_the_run_again_on_train_and_valid(
     assert "the run has not finished" in capsys.readouterr().err
 
 
+def test_refit_on_every_item_and_recommendations_that_exclude(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`refit --all` trains on every item for the chosen epochs and tests nothing;
+    `recommend --exclude` leaves those items out; `serve --exclude-items` reads a file of ids."""
+    from seqrec.cli.serving import _read_ids
+
+    src = _log(tmp_path)
+    run, final = tmp_path / "run", tmp_path / "final"
+    argv = ["train", "sasrec", "--data", str(src), "--out", str(run), "--quiet"]
+    assert main([*argv, "--set", "sasrec.d_model=8", "--set", "train.max_epochs=3"]) == 0
+    best = json.loads((run / "metrics.json").read_text())["best_epoch"]
+    capsys.readouterr()
+    assert main(["refit", str(run), "--out", str(final), "--all", "--quiet"]) == 0
+    assert "on every item; nothing is held out to test it" in capsys.readouterr().out
+    metrics = json.loads((final / "metrics.json").read_text())
+    assert (metrics["train_on"], metrics["epochs"]) == ("all", best + 1)
+    assert "test" not in metrics and "valid" not in metrics
+    user = ["recommend", str(final), "--user", "3", "-k", "5", "--json", "--quiet"]
+    assert main(user) == 0
+    top = [r["item"] for r in json.loads(capsys.readouterr().out)["items"]]
+    assert main([*user, "--exclude", f"{top[0]},{top[2]},999999"]) == 0
+    fewer = [r["item"] for r in json.loads(capsys.readouterr().out)["items"]]
+    assert fewer[:3] == [top[1], *top[3:5]] and top[0] not in fewer and top[2] not in fewer
+    ids = tmp_path / "out-of-stock.txt"
+    ids.write_text("# out of stock\n12\n\nsku-9  # a note\n")
+    assert _read_ids(str(ids)) == [12, "sku-9"]
+    # a model trained without a --config fits its history length to the data too
+    gru = tmp_path / "gru"
+    argv = ["train", "gru4rec", "--data", str(src), "--out", str(gru), "--quiet"]
+    assert main([*argv, "--set", "train.max_epochs=1"]) == 0
+    stored = json.loads((gru / "config.json").read_text())
+    assert stored["adapt"] == [] and 16 <= stored["gru4rec"]["max_len"] < 200
+
+
 def test_evaluate_rejects_a_run_on_other_items(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

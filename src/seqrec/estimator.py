@@ -42,7 +42,7 @@ from seqrec.config import (
     refit_config,
     validate,
 )
-from seqrec.data.frames import FRAME_KINDS, as_kind, frame_kind, is_frame
+from seqrec.data.frames import FRAME_KINDS, as_kind, frame_kind
 from seqrec.data.prepared import PreparedDataset, prepare
 from seqrec.errors import ConfigError, SeqrecError
 from seqrec.outputs import check_out_dir
@@ -169,14 +169,8 @@ class Model:
             cfg = dataclasses.replace(cfg, train=train)
         if final and not valid:
             raise ConfigError("final=True refits for the epochs validation chose: keep valid=True")
-        self.frame_ = frame_kind(data) if is_frame(data) else "polars"
-        if isinstance(data, PreparedDataset):
-            ds = data
-        else:
-            columns: dict[str, Any] = {"user_col": user_col, "item_col": item_col}
-            if time_col is not _SAME:
-                columns["time_col"] = time_col
-            ds = prepare(data, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=progress, **columns)
+        self.frame_ = frame_kind(data)
+        ds = prepared(data, cfg, progress, user_col=user_col, item_col=item_col, time_col=time_col)
         source = {"data": str(data)} if isinstance(data, str | Path) else None
         self._train(ds, cfg, out if final is False else None, progress, source)
         if final:
@@ -424,6 +418,25 @@ class BERT4Rec(Model):
         params = super().get_params(deep)
         params.pop("model")
         return params
+
+
+def prepared(
+    data: Any,
+    cfg: RunConfig,
+    progress: bool,
+    *,
+    user_col: str | None = None,
+    item_col: str | None = None,
+    time_col: str | None = _SAME,
+) -> PreparedDataset:
+    """`data` prepared with `cfg`'s data and evaluation settings (a PreparedDataset as it is);
+    the columns, where given, override the settings' (`time_col=None`: rows in time order)."""
+    if isinstance(data, PreparedDataset):
+        return data
+    columns: dict[str, Any] = {"user_col": user_col, "item_col": item_col}
+    if time_col is not _SAME:
+        columns["time_col"] = time_col
+    return prepare(data, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=progress, **columns)
 
 
 def _toml(value: Any) -> str:

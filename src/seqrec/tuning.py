@@ -24,13 +24,11 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from seqrec.data.prepared import PreparedDataset, prepare
+from seqrec.data.frames import frame_kind
 from seqrec.errors import ConfigError
-from seqrec.estimator import Model
+from seqrec.estimator import _SAME, Model, prepared
 
 __all__ = ["SearchResult", "search"]
-
-_SAME: Any = object()
 
 Params = Mapping[str, Any] | Sequence[Mapping[str, Any]]
 
@@ -80,14 +78,7 @@ def search(
                 f"search: {point} changes the data or evaluation settings; the data is "
                 "prepared once: search those by preparing each and searching per setting"
             )
-    ds: PreparedDataset
-    if isinstance(data, PreparedDataset):
-        ds = data
-    else:
-        columns: dict[str, Any] = {"user_col": user_col, "item_col": item_col}
-        if time_col is not _SAME:
-            columns["time_col"] = time_col
-        ds = prepare(data, data_cfg=base.data, eval_cfg=base.eval, progress=progress, **columns)
+    ds = prepared(data, base, progress, user_col=user_col, item_col=item_col, time_col=time_col)
     protocol, metric = base.train.val_protocol, base.train.val_metric
     rows, best, best_score, best_params = [], None, -np.inf, None
     for i, point in enumerate(points):
@@ -110,7 +101,7 @@ def search(
         if score > best_score:
             best, best_score, best_params = trial, score, dict(point)
     assert best is not None and best_params is not None
-    best.frame_ = _frame_of(data)  # answers as the data was given
+    best.frame_ = frame_kind(data)  # answers as the data was given
     return SearchResult(
         best_params=best_params,
         best_score=best_score,
@@ -172,9 +163,3 @@ def _copy(model: Model) -> Model:
 def _cell(value: Any) -> Any:
     """A parameter's value as a table cell (a tuple or list as its text)."""
     return value if isinstance(value, int | float | str | bool) or value is None else repr(value)
-
-
-def _frame_of(data: Any) -> str:
-    from seqrec.data.frames import frame_kind, is_frame
-
-    return frame_kind(data) if is_frame(data) else "polars"
