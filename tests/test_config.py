@@ -305,7 +305,7 @@ def test_a_recipe_fits_its_sizes_to_the_data_and_an_explicit_size_wins() -> None
     from seqrec.config import adapt_to_data
 
     cfg = load_config(RunConfig, "sasrec-ce")
-    assert cfg.adapt == ("max_len", "batch_size", "loss", "dropout")
+    assert cfg.adapt == ("max_len", "batch_size", "loss")
     lengths = np.arange(1, 101)  # the 95th percentile: 1 + 0.95 * 99 = 95.05 -> 96 (8 | 96)
     fitted, said = adapt_to_data(cfg, lengths, n_items=20_000)
     assert (fitted.sasrec.max_len, fitted.train.batch_size, fitted.adapt) == (96, 128, ())
@@ -320,13 +320,11 @@ def test_a_recipe_fits_its_sizes_to_the_data_and_an_explicit_size_wins() -> None
     assert batches == [128, 64, 64, 32]
     assert adapt_to_data(ce, lengths, 10**7)[0].train.batch_size == 32
     explicit = load_config(RunConfig, "sasrec-ce", ["sasrec.max_len=50"])
-    assert explicit.adapt == ("batch_size", "loss", "dropout")
+    assert explicit.adapt == ("batch_size", "loss")
     assert adapt_to_data(explicit, lengths, 100)[0].sasrec.max_len == 50
     # a run that fitted its sizes is the same config as the recipe that asked for them
     assert as_trained(cfg, like=fitted) == as_trained(fitted)
     assert as_trained(cfg, like=fitted).sasrec.max_len == 96
-    sparse, _ = adapt_to_data(cfg, short, 100)  # and its dropout
-    assert as_trained(cfg, like=sparse) == as_trained(sparse) and sparse.sasrec.dropout == 0.5
 
 
 def test_device_tiers_apply_on_their_device_first_and_explicit_keys_win() -> None:

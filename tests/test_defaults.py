@@ -171,16 +171,6 @@ def test_a_large_catalogue_gets_a_sampled_softmax_and_an_explicit_loss_wins() ->
     assert adapt_to_data(explicit, lengths, 54_542)[0].train.loss == "ce"
 
 
-def test_a_sparse_log_gets_sasrecs_dropout_for_sparse_data() -> None:
-    cfg = load_config(RunConfig, "sasrec-ce")
-    sparse, said = adapt_to_data(cfg, np.array([3, 5, 7, 9, 40]), 1000)  # median 7
-    assert sparse.sasrec.dropout == 0.5 and any("sasrec.dropout 0.5" in s for s in said)
-    dense, _ = adapt_to_data(cfg, np.array([3, 5, 10, 40, 40]), 1000)  # median 10
-    assert dense.sasrec.dropout == cfg.sasrec.dropout == 0.1
-    explicit = seqrec.SASRec(dropout=0.2).run_config()
-    assert adapt_to_data(explicit, np.array([3, 3, 3]), 1000)[0].sasrec.dropout == 0.2
-
-
 def test_every_model_fits_its_history_length_to_the_data() -> None:
     lengths = np.full(50, 12)
     for name in ("lrurec", "gru4rec", "bert4rec", "sasrec"):

@@ -234,7 +234,7 @@ class ShortBudget:
 # RunConfig's own keys; the rest are sections
 _RUN_KEYS = ("data", "eval", "model", "train", "short_budget", "adapt")
 # the sizes a recipe may fit to the data when a run starts (`adapt = [...]`, `adapt_to_data`)
-Adaptable = Literal["max_len", "batch_size", "loss", "dropout"]
+Adaptable = Literal["max_len", "batch_size", "loss"]
 # the keys that fix an adapted setting when given explicitly (an override wins over `adapt`)
 _ADAPTED_BY = {
     "max_len": "max_len",
@@ -243,7 +243,6 @@ _ADAPTED_BY = {
     "n_negatives": "loss",
     "negatives_per": "loss",
     "logq": "loss",
-    "dropout": "dropout",
 }
 
 
@@ -727,10 +726,6 @@ def sampled_negatives(n_items: int) -> int:
 _ADAPT_ITEMS = 20_000
 _ADAPT_MIN_BATCH = 32
 _ADAPT_MIN_LEN = 16
-# A log whose median training history is shorter than this is sparse: SASRec (§IV-C) trains
-# with dropout 0.5 on its sparse datasets (Beauty, Games, Steam) and 0.2 on ML-1M
-SPARSE_LENGTH = 10
-SPARSE_DROPOUT = 0.5
 
 
 def adapt_to_data(
@@ -750,9 +745,7 @@ def adapt_to_data(
       (docs/guide.md, "Recipes for your own log");
     - `batch_size` (a full softmax only): the recipe's up to 20,000 items, halved for every
       doubling beyond, at least 32: the full-softmax cost of a sequence grows with the
-      catalogue, so a smaller batch keeps the number of updates a budget buys;
-    - `dropout` (the model section's): `SPARSE_DROPOUT` where the median training history is
-      shorter than `SPARSE_LENGTH` items (a sparse log, as SASRec's §IV-C), else the recipe's.
+      catalogue, so a smaller batch keeps the number of updates a budget buys.
     """
     import numpy as np
 
@@ -776,15 +769,6 @@ def adapt_to_data(
             value = int(min(cap, max(_ADAPT_MIN_LEN, 8 * math.ceil(p95 / 8))))
             out = out.replace_section(name, max_len=value)
             said.append(f"{name}.max_len {value} (95 % of histories hold <= {p95:.0f} items)")
-    if "dropout" in cfg.adapt:
-        name = next((n for n, s in cfg.sections if hasattr(s, "dropout")), None)
-        median = float(np.median(np.asarray(lengths))) if len(lengths) else 0.0
-        if name is not None and median < SPARSE_LENGTH:
-            out = out.replace_section(name, dropout=SPARSE_DROPOUT)
-            said.append(
-                f"{name}.dropout {SPARSE_DROPOUT:g} (a sparse log: the median history holds "
-                f"{median:.0f} items)"
-            )
     if "batch_size" in cfg.adapt and out.train.loss == "ce":
         batch = cfg.train.batch_size
         while batch > _ADAPT_MIN_BATCH and batch * n_items > cfg.train.batch_size * _ADAPT_ITEMS:
@@ -806,11 +790,6 @@ def _as_adapted(cfg: RunConfig, like: RunConfig) -> RunConfig:
         out = dataclasses.replace(
             out, train=dataclasses.replace(out.train, batch_size=like.train.batch_size)
         )
-    if "dropout" in cfg.adapt:
-        for name, section in cfg.sections:
-            if hasattr(section, "dropout") and hasattr(like, name):
-                out = out.replace_section(name, dropout=getattr(like, name).dropout)
-                break
     if "loss" in cfg.adapt:
         keys = ("loss", "n_negatives", "negatives_per", "logq")
         train = dataclasses.replace(out.train, **{k: getattr(like.train, k) for k in keys})
