@@ -172,7 +172,7 @@ class Model:
         self.frame_ = frame_kind(data)
         ds = prepared(data, cfg, progress, user_col=user_col, item_col=item_col, time_col=time_col)
         source = {"data": str(data)} if isinstance(data, str | Path) else None
-        self._train(ds, cfg, out if final is False else None, progress, source)
+        self._train(ds, cfg, None if final else out, progress, source)
         if final:
             self.refit(out=out, progress=progress)
         return self

@@ -273,6 +273,11 @@ def create_app(
     return app
 
 
+def _scored_by(ids: Any) -> str:
+    """How an answer was scored: by the model, or (an empty history) by popularity."""
+    return MODEL if len(ids) else POPULARITY
+
+
 _DOCS_ASSETS = "/docs/assets"
 
 
@@ -456,9 +461,6 @@ def _recommend_routes(
             out.append(row)
         return out
 
-    def by(ids: Any) -> str:  # how an answer was scored (an empty history: popularity)
-        return MODEL if len(ids) else POPULARITY
-
     batcher = MicroBatcher(
         lambda histories, k, exclude_seen, users: rec.recommend_encoded(
             histories, k, exclude_seen, users=users
@@ -508,7 +510,11 @@ def _recommend_routes(
             raise fastapi.HTTPException(422, f"candidates: {e}") from None
         except Overloaded as e:
             raise fastapi.HTTPException(503, f"busy: {e}; retry shortly") from None
-        out: dict[str, Any] = {"items": items(recs), "dropped": dropped, "scored_by": by(ids)}
+        out: dict[str, Any] = {
+            "items": items(recs),
+            "dropped": dropped,
+            "scored_by": _scored_by(ids),
+        }
         if req.user is not None:
             out["user_known"] = row is not None
         return out
@@ -548,7 +554,7 @@ def _recommend_routes(
             )
         )
         results = [
-            {"items": items(r), "dropped": e.unknown, "scored_by": by(e.ids)}
+            {"items": items(r), "dropped": e.unknown, "scored_by": _scored_by(e.ids)}
             for r, e in zip(recs, encoded, strict=True)
         ]
         return JSONResponse({"results": results})
