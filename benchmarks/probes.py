@@ -5,6 +5,11 @@ interrupted runs alike (an interrupted one reports its curve so far, no test).
 
     python benchmarks/probes.py --base benchmarks/configs/bert4rec-probe-30ep.toml
         --runs-dir DIR --probe NAME [--probe NAME ...] [--at 9,19,29] [--name bert4rec_probes]
+        [--set KEY=VALUE ...]
+
+`--set` overrides the base, as `seqrec train --set` does: a base that fits sizes or its loss to
+the data (`adapt`) is compared with each probe as that probe fitted them, so a probe that set one
+of them shows no change unless the base states the value it fitted (`--set train.logq=true`).
 """
 
 from __future__ import annotations
@@ -27,8 +32,9 @@ def main() -> None:
     ap.add_argument("--title", default="Probes")
     ap.add_argument("--name", default="probes")
     ap.add_argument("--area", help="the results folder (default: bert4rec)")
+    ap.add_argument("--set", action="append", default=[], help="override the base: KEY=VALUE")
     args = ap.parse_args()
-    base = load_config(RunConfig, args.base)
+    base = load_config(RunConfig, args.base, args.set)
     at = [int(e) for e in args.at.split(",")]
     rows: list[dict[str, Any]] = []
     curves: set[str] = set()  # the validation metrics the probes' curves follow ("full_hr@10")
@@ -80,7 +86,8 @@ def main() -> None:
     lines = [
         f"# {args.title}",
         "",
-        f"Base: `{args.base}`; every probe is the base with the settings shown changed. "
+        f"Base: `{' '.join([args.base, *args.set])}`; every probe is the base with the "
+        "settings shown changed. "
         f"Validation {followed or 'full NDCG@10'} at epochs {', '.join(map(str, at))} "
         "(0-based); test on the "
         "state chosen on validation (the last state where a probe trained on train+valid: "
@@ -128,7 +135,7 @@ def main() -> None:
     finished = [Path(r["run_dir"]) for r in rows if r["finished"]]
     write_results(
         args.name,
-        {"base": args.base, "probes": rows},
+        {"base": args.base, "base_set": args.set, "probes": rows},
         "\n".join(lines),
         seeds=seeds,
         runs=finished,
