@@ -98,6 +98,11 @@ def test_similar_items_histories_and_evaluate() -> None:
     metrics = model.evaluate(protocols=("full", "pop100"))
     assert set(metrics) == {"full", "pop100"} and 0 <= metrics["full"]["ndcg@10"] <= 1
     assert model.metrics_ is not None and model.metrics_["test"]["full"] == metrics["full"]
+    drawn = model.evaluate(protocols=("full", "pop100"), draws=3)  # the stored draw and 2 more
+    assert drawn["pop100"]["ndcg@10"] == metrics["pop100"]["ndcg@10"]
+    assert drawn["pop100"]["ndcg@10_std"] >= 0 and "ndcg@10_mean" not in drawn["full"]
+    with pytest.raises(ConfigError, match="draws: expected an integer >= 1"):
+        model.evaluate(draws=0)
 
 
 def test_the_time_split_as_keywords_and_an_unquoted_date() -> None:

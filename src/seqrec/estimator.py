@@ -343,12 +343,18 @@ class Model:
         protocols: Sequence[str] = ("full", "uni100", "pop100"),
         split: str = "test",
         ks: Sequence[int] = (1, 5, 10),
+        draws: int = 1,
     ) -> dict[str, dict[str, float]]:
-        """Metrics of the fitted model on `split` of its data under each protocol. A model
-        refitted on every item has trained on the test items: nothing is left to measure it
-        on (the validated run's metrics are `validated_metrics_`)."""
+        """Metrics of the fitted model on `split` of its data under each protocol. `draws` > 1:
+        the sampled protocols (uni100, pop100) are ranked against that many draws of their
+        candidates, the stored one first; each of their metrics (the stored draw's) then has
+        `<metric>_mean` and `<metric>_std` over the draws beside it. A model refitted on every
+        item has trained on the test items: nothing is left to measure it on (the validated
+        run's metrics are `validated_metrics_`)."""
         from seqrec.evaluate import parse_protocols
 
+        if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
+            raise ConfigError(f"evaluate: draws: expected an integer >= 1, got {draws!r}")
         if (self.metrics_ or {}).get("train_on") == "all":
             raise ConfigError(
                 "evaluate: this model was refitted on every item, the test ones too; its "
@@ -360,8 +366,9 @@ class Model:
             "valid" if split == "valid" else "test",
             protocols=parse_protocols(",".join(protocols)),
             ks=ks,
+            draws=draws,
         )
-        return report.metrics
+        return report.metrics_with_draws()
 
     def save(self, path: str | Path) -> Path:
         """Copy the run directory to `path` (new or empty): `seqrec.load(path)` gives the same
