@@ -45,7 +45,7 @@ from seqrec.config import (
 from seqrec.data.frames import FRAME_KINDS, as_kind, frame_kind
 from seqrec.data.prepared import PreparedDataset, prepare
 from seqrec.errors import ConfigError, SeqrecError
-from seqrec.outputs import check_out_dir
+from seqrec.outputs import check_out_dir, check_out_file
 from seqrec.recommender import MODEL, POPULARITY, Recommender
 from seqrec.registry import entry
 from seqrec.rundir import RunDir
@@ -271,6 +271,38 @@ class Model:
             users=rows,
         )
         return as_kind(_table("user", users, recs), kind)
+
+    def recommend_all(
+        self,
+        path: str | Path,
+        k: int = 10,
+        filter_viewed: bool = True,
+        items: Sequence[Any] | None = None,
+        *,
+        exclude: Sequence[Any] | None = None,
+        progress: bool = True,
+        replace: bool = False,
+    ) -> Path:
+        """`recommend` for every user of the training data, written to `path` (.parquet or
+        .csv) in bounded memory rather than returned (`seqrec.all_users`): for a million
+        users. An existing file is refused unless `replace` (then replaced atomically).
+        Returns the path."""
+        from seqrec.all_users import write_all_users
+
+        try:
+            check_out_file(Path(path), replace=replace, inputs=[self.run_dir_])
+        except ConfigError as e:  # the command line's words, as Python says them
+            raise ConfigError(str(e).replace("--force", "replace=True")) from None
+        write_all_users(
+            self.recommender_,
+            path,
+            k,
+            filter_viewed,
+            candidates=items,
+            exclude=exclude,
+            progress=progress,
+        )
+        return Path(path)
 
     def recommend_histories(
         self,
