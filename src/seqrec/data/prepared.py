@@ -20,6 +20,7 @@ import os
 import shutil
 import sys
 import tempfile
+import zipfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import cached_property
@@ -99,9 +100,13 @@ class PreparedDataset:
     user_ids: list[Any]
     item_ids: list[Any]
     stats: dict[str, Any]
-    _negatives: dict[str, np.ndarray]
+    # the stored candidates, or the file that holds them, read on first use: recommending and
+    # serving never need them (at a million users, 1.6 GB)
+    _negatives: dict[str, np.ndarray] | Path
     # the time split: how many of each user's items come before the cut (None: leave-one-out)
     before_cut: np.ndarray | None = None
+    # the candidates file as it was when the dataset was loaded (identity, size, time)
+    _negatives_stat: tuple[int, ...] | None = None
 
     @property
     def name(self) -> str:
@@ -135,7 +140,10 @@ class PreparedDataset:
 
     def negatives(self, split: Split) -> dict[str, np.ndarray]:
         """The stored sampled candidates of one split, by protocol."""
-        return {p: self._negatives[f"{split}_{p}"] for p in SAMPLED_PROTOCOLS}
+        if isinstance(self._negatives, Path):
+            self._negatives = _read_negatives(self._negatives, self._negatives_stat)
+        stored = self._negatives
+        return {p: stored[f"{split}_{p}"] for p in SAMPLED_PROTOCOLS}
 
     def eval_data(
         self, split: Split, sample_users: int = 0, seed: int = 42
@@ -772,6 +780,26 @@ def _looked_at(path: Path) -> Path:
     return size_checked(path, bound("prepared"), root=path.parent, error=DataError)
 
 
+def _file_stat(path: Path) -> tuple[int, ...]:
+    st = path.stat()
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _read_negatives(path: Path, stat: tuple[int, ...] | None) -> dict[str, np.ndarray]:
+    """A prepared dataset's stored candidates, split_protocol -> (E, n) int32; the file must be
+    the one that was there when the dataset was loaded (`stat`)."""
+    if stat is not None and (not path.exists() or _file_stat(path) != stat):
+        raise DataError(f"{path}: replaced or removed since its dataset was loaded; load it again")
+    try:
+        with np.load(_looked_at(path)) as npz:
+            return {k: npz[k].astype(np.int32, copy=False) for k in npz.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise DataError(
+            f"{path}: not readable as stored candidates ({first}); prepare again"
+        ) from None
+
+
 def load_prepared(path: str | Path) -> PreparedDataset:
     path = Path(path)
     manifest_path = path / "manifest.json"
@@ -795,8 +823,8 @@ def load_prepared(path: str | Path) -> PreparedDataset:
         offsets=offsets,
         n_items=len(vocab["items"]),
     )
-    with np.load(_looked_at(path / "negatives.npz")) as npz:
-        negatives = {k: npz[k].astype(np.int32, copy=False) for k in npz.files}
+    negatives = _looked_at(path / "negatives.npz")  # read when first needed
+    negatives_stat = _file_stat(negatives)
     stats = _json(path / "stats.json", "metrics")
     before = None
     if "after_cut" in table.columns:
@@ -811,4 +839,5 @@ def load_prepared(path: str | Path) -> PreparedDataset:
         stats=stats,
         _negatives=negatives,
         before_cut=before,
+        _negatives_stat=negatives_stat,
     )
