@@ -15,7 +15,6 @@ LABEL names the row, and with --table the paper's row beside it (a model key of 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import statistics
 import tempfile
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any
 from _common import write_results
 from seqrec.checkpoint import load_run
 from seqrec.cli.common import _source_data
-from seqrec.data.prepared import PreparedDataset, prepare
+from seqrec.data.prepared import PreparedDataset, draw_seeds, prepare
 from seqrec.reference import paper_table
 
 METRICS = ("hr@10", "ndcg@10")
@@ -60,52 +59,46 @@ def run_draws(
     protocol: str,
     draws: int,
     workdir: Path,
-    prepared: dict[tuple[str, str, int], PreparedDataset] | None = None,
+    prepared: dict[tuple[str, str, str], PreparedDataset] | None = None,
 ) -> dict[str, Any]:
     """One run's test `protocol` HR@10 / NDCG@10 with its own candidate draw and with `draws`
-    others (the first seeds from 0 that are not its own): {"own_seed", "draw_seeds", "own":
-    {metric: value}, "values": {metric: [value per draw]}}. `prepared`: datasets already prepared
-    under `workdir`, by (data, data settings, seed), shared between runs of the same file."""
+    others (`seqrec.data.prepared.draw_seeds`: the first seeds from 0 that are not its own):
+    {"own_seed", "draw_seeds", "own": {metric: value}, "values": {metric: [value per draw]}}.
+    `prepared`: datasets already prepared under `workdir`, by (data, data settings), shared
+    between runs of the same file."""
     prepared = {} if prepared is None else prepared
     run = load_run(run_dir, device="cpu")
     cfg = run.config
     data = _source_data(run_dir)  # the file the run records, as `seqrec evaluate RUN` reads
-    own_seed = cfg.eval.negative_seed
-    seeds = [s for s in range(draws + 1) if s != own_seed][:draws]
-    out: dict[str, Any] = {
-        "own_seed": own_seed,
-        "draw_seeds": seeds,
-        "own": {},
-        "values": {m: [] for m in METRICS},
-    }
-    for seed in [own_seed, *seeds]:
-        key = (data, repr(cfg.data), seed)
-        if key not in prepared:
-            prepared[key] = prepare(
-                data,
-                data_cfg=cfg.data,
-                eval_cfg=dataclasses.replace(cfg.eval, negative_seed=seed),
-                out=workdir / f"d{len(prepared)}",
-                progress=False,
-            )
-        ds = prepared[key]
-        if list(ds.item_ids) != list(run.item_ids):
-            raise SystemExit(f"candidate_draws: {run_dir} was trained on other items")
-        report = ds.evaluate(
-            run.model,
-            "test",
-            protocols=[protocol],
-            ks=[10],
-            batch_size=cfg.eval.batch_size,
-            device="cpu",
+    key = (data, repr(cfg.data), repr(cfg.eval))
+    if key not in prepared:
+        prepared[key] = prepare(
+            data,
+            data_cfg=cfg.data,
+            eval_cfg=cfg.eval,
+            out=workdir / f"d{len(prepared)}",
+            progress=False,
         )
-        for m in METRICS:
-            v = float(report.metrics[protocol][m])
-            if seed == own_seed:
-                out["own"][m] = v
-            else:
-                out["values"][m].append(v)
-    return out
+    ds = prepared[key]
+    if list(ds.item_ids) != list(run.item_ids):
+        raise SystemExit(f"candidate_draws: {run_dir} was trained on other items")
+    report = ds.evaluate(
+        run.model,
+        "test",
+        protocols=[protocol],
+        ks=[10],
+        batch_size=cfg.eval.batch_size,
+        device="cpu",
+        draws=draws + 1,  # its own, then the others
+    )
+    seeds = draw_seeds(cfg.eval.negative_seed, draws + 1)
+    values = report.draws[protocol]
+    return {
+        "own_seed": seeds[0],
+        "draw_seeds": seeds[1:],
+        "own": {m: values[m][0] for m in METRICS},
+        "values": {m: values[m][1:] for m in METRICS},
+    }
 
 
 def main() -> None:
@@ -129,7 +122,7 @@ def main() -> None:
             f"candidate_draws: --table {args.table} reports {table_protocol}, not {protocol}"
         )
 
-    prepared: dict[tuple[str, str, int], PreparedDataset] = {}
+    prepared: dict[tuple[str, str, str], PreparedDataset] = {}
     rows: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for label, run_dir in runs:

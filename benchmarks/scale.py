@@ -11,8 +11,9 @@ process's own maximum RSS).
 prepare; one epoch of SASRec (the `sasrec-ce` recipe's model) trained with a sampled softmax
 (1,024 negatives shared by each batch, logQ-corrected) under the budget, validated and tested
 on a seeded sample of users (`eval.sample_users`); that run's test split evaluated again alone
-(full ranking and the two sampled protocols; seconds per 1,000 users); `seqrec serve` on the
-run under wrk (8 connections, real histories of the log).
+(full ranking and the two sampled protocols; seconds per 1,000 users); every user's top 10
+written by `seqrec recommend --all-users`; `seqrec serve` on the run under wrk (8 connections,
+real histories of the log).
 
 `ml-20m`: the ML-20M-format synthetic `ratings.csv` of benchmarks/prepare_scale.py (138,493
 users, 26,744 items, 20,000,263 ratings), or the real file with --data; prepare; BERT4Rec
@@ -183,6 +184,20 @@ def catalogue(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         )
     )
     evaluated = _json_line(work / "evaluate.log")
+    recs = work / "recs.parquet"
+    stages.append(
+        _stage(
+            "recommend --all-users",
+            _seqrec("recommend", str(run), "--all-users", "--output", str(recs), "--quiet"),
+            work / "all_users.log",
+        )
+    )
+    import polars as pl
+
+    all_users = {
+        "rows": pl.scan_parquet(recs).select(pl.len()).collect().item(),
+        "file_mib": recs.stat().st_size / 2**20,
+    }
     from seqrec.data.prepared import load_prepared
 
     ds = load_prepared(prep)
@@ -201,6 +216,7 @@ def catalogue(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "seconds_per_1000_users": evaluated["seconds"] / evaluated["users"] * 1000,
         },
         "serve": served,
+        "all_users": all_users,
     }
 
 
@@ -283,6 +299,14 @@ def _markdown(kind: str, args: argparse.Namespace, r: dict[str, Any]) -> str:
             f"p50 {s['p50_ms']:.1f} ms, **p99 {s['p99_ms']:.1f} ms**, server RSS "
             f"{s['rss_end_mib']:.0f} MiB\n"
         )
+        if "all_users" in r:  # results from before the stage have none
+            a = next(x for x in r["stages"] if x["stage"] == "recommend --all-users")
+            md += (
+                f"- `seqrec recommend RUN --all-users`: the top 10 of every user, "
+                f"{a['wall_s']:.0f} s ({r['users'] / a['wall_s']:,.0f} users/s), peak RSS "
+                f"{a['peak_rss_gib']:.2f} GiB, {r['all_users']['rows']:,} rows in a "
+                f"{r['all_users']['file_mib']:.0f} MiB Parquet file\n"
+            )
     else:
         for name, x in r["runs"].items():
             md += run_line(f"`{name}`", x)

@@ -83,7 +83,7 @@ def test_params_clone_and_errors() -> None:
         _small().recommend(["user_3"])
 
 
-def test_similar_items_histories_and_evaluate() -> None:
+def test_similar_items_histories_and_evaluate(tmp_path: Path) -> None:
     model = seqrec.Model("gru4rec", d_model=16, hidden=16, max_len=10, max_epochs=2, threads=1)
     model.fit(_log("polars"), user_col="user_id", item_col="sku", time_col=None)
     a, b = model.dataset_.item_ids[:2]
@@ -98,6 +98,19 @@ def test_similar_items_histories_and_evaluate() -> None:
     metrics = model.evaluate(protocols=("full", "pop100"))
     assert set(metrics) == {"full", "pop100"} and 0 <= metrics["full"]["ndcg@10"] <= 1
     assert model.metrics_ is not None and model.metrics_["test"]["full"] == metrics["full"]
+    drawn = model.evaluate(protocols=("full", "pop100"), draws=3)  # the stored draw and 2 more
+    assert drawn["pop100"]["ndcg@10"] == metrics["pop100"]["ndcg@10"]
+    assert drawn["pop100"]["ndcg@10_std"] >= 0 and "ndcg@10_mean" not in drawn["full"]
+    with pytest.raises(ConfigError, match="draws: expected an integer >= 1"):
+        model.evaluate(draws=0)
+    # every user to a file, in parts: the rows `recommend` gives for all of them
+    path = model.recommend_all(tmp_path / "all.parquet", k=4, progress=False)
+    every = model.recommend(k=4, frame="polars")
+    assert pl.read_parquet(path).drop("score").equals(every.drop("score"))
+    with pytest.raises(ConfigError, match="exists; replace=True replaces it"):
+        model.recommend_all(path, k=4, progress=False)
+    assert model.recommend_all(path, k=2, progress=False, replace=True) == path
+    assert pl.read_parquet(path).height == 2 * every.get_column("user").n_unique()
 
 
 def test_the_time_split_as_keywords_and_an_unquoted_date() -> None:

@@ -254,3 +254,28 @@ def test_out_may_be_a_string(tmp_path: Path) -> None:
     assert (tmp_path / "p").is_dir()
     again = prepare(str(src), out=str(tmp_path / "p"), progress=False)  # reused as it is
     assert again.stats == ds.stats
+
+
+def test_candidates_are_read_when_first_needed_from_the_file_that_was_loaded(
+    tmp_path: Path,
+) -> None:
+    """Recommending and serving never read the stored candidates (1.6 GB at a million users):
+    they are read on first use, and only from the file the dataset was loaded with."""
+    src = _write_log(tmp_path / "ratings.dat")
+    prepare(src, out=tmp_path / "a", progress=False)
+    other = prepare(
+        src, out=tmp_path / "b", eval_cfg=EvalConfig(negative_seed=7), progress=False
+    ).negatives("test")
+    first = load_prepared(tmp_path / "a")
+    stored = load_prepared(tmp_path / "a").negatives("test")
+    assert not np.array_equal(stored["uni100"], other["uni100"])
+    os.replace(tmp_path / "b" / "negatives.npz", tmp_path / "a" / "negatives.npz")
+    with pytest.raises(DataError, match="replaced or removed since its dataset was loaded"):
+        first.negatives("test")
+    again = load_prepared(tmp_path / "a").negatives("test")  # a new load reads the new file
+    assert np.array_equal(again["uni100"], other["uni100"])
+    (tmp_path / "a" / "negatives.npz").write_bytes(b"not a zip archive")
+    broken = load_prepared(tmp_path / "a")
+    with pytest.raises(DataError) as err:
+        broken.negatives("valid")
+    assert "not readable as stored candidates" in str(err.value) and "\n" not in str(err.value)

@@ -709,9 +709,8 @@ def _applied(
     return dataclasses.replace(_layered(RunConfig, None, settings, cfg), short_budget=tuple(tiers))
 
 
-# a recipe's batch is kept up to this many items, then halved per doubling of the catalogue
 # The catalogue size above which `adapt = ["loss"]` trains a sampled softmax: between the
-# synthetic long-tail log's 28,363 items, where the full softmax won at 5 minutes, and
+# synthetic long-tail log's 29,994 items, where the full softmax won at 5 minutes, and
 # Beauty's 54,542, where it lost (benchmarks/results/recipes/recipes.md, 2 CPU cores).
 LARGE_CATALOGUE = 32_768
 
@@ -723,7 +722,7 @@ def sampled_negatives(n_items: int) -> int:
     return min(8192, max(2048, n_items // 16))
 
 
-_ADAPT_ITEMS = 20_000
+_ADAPT_ITEMS = 20_000  # a recipe's batch is kept up to this many items, then halved per doubling
 _ADAPT_MIN_BATCH = 32
 _ADAPT_MIN_LEN = 16
 

@@ -45,7 +45,7 @@ from seqrec.config import (
 from seqrec.data.frames import FRAME_KINDS, as_kind, frame_kind
 from seqrec.data.prepared import PreparedDataset, prepare
 from seqrec.errors import ConfigError, SeqrecError
-from seqrec.outputs import check_out_dir
+from seqrec.outputs import check_out_dir, check_out_file
 from seqrec.recommender import MODEL, POPULARITY, Recommender
 from seqrec.registry import entry
 from seqrec.rundir import RunDir
@@ -272,6 +272,38 @@ class Model:
         )
         return as_kind(_table("user", users, recs), kind)
 
+    def recommend_all(
+        self,
+        path: str | Path,
+        k: int = 10,
+        filter_viewed: bool = True,
+        items: Sequence[Any] | None = None,
+        *,
+        exclude: Sequence[Any] | None = None,
+        progress: bool = True,
+        replace: bool = False,
+    ) -> Path:
+        """`recommend` for every user of the training data, written to `path` (.parquet or
+        .csv) in bounded memory rather than returned (`seqrec.all_users`): for a million
+        users. An existing file is refused unless `replace` (then replaced atomically).
+        Returns the path."""
+        from seqrec.all_users import write_all_users
+
+        try:
+            check_out_file(Path(path), replace=replace, inputs=[self.run_dir_])
+        except ConfigError as e:  # the command line's words, as Python says them
+            raise ConfigError(str(e).replace("--force", "replace=True")) from None
+        write_all_users(
+            self.recommender_,
+            path,
+            k,
+            filter_viewed,
+            candidates=items,
+            exclude=exclude,
+            progress=progress,
+        )
+        return Path(path)
+
     def recommend_histories(
         self,
         histories: Sequence[Sequence[Any]],
@@ -343,12 +375,18 @@ class Model:
         protocols: Sequence[str] = ("full", "uni100", "pop100"),
         split: str = "test",
         ks: Sequence[int] = (1, 5, 10),
+        draws: int = 1,
     ) -> dict[str, dict[str, float]]:
-        """Metrics of the fitted model on `split` of its data under each protocol. A model
-        refitted on every item has trained on the test items: nothing is left to measure it
-        on (the validated run's metrics are `validated_metrics_`)."""
+        """Metrics of the fitted model on `split` of its data under each protocol. `draws` > 1:
+        the sampled protocols (uni100, pop100) are ranked against that many draws of their
+        candidates, the stored one first; each of their metrics (the stored draw's) then has
+        `<metric>_mean` and `<metric>_std` over the draws beside it. A model refitted on every
+        item has trained on the test items: nothing is left to measure it on (the validated
+        run's metrics are `validated_metrics_`)."""
         from seqrec.evaluate import parse_protocols
 
+        if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
+            raise ConfigError(f"evaluate: draws: expected an integer >= 1, got {draws!r}")
         if (self.metrics_ or {}).get("train_on") == "all":
             raise ConfigError(
                 "evaluate: this model was refitted on every item, the test ones too; its "
@@ -360,8 +398,9 @@ class Model:
             "valid" if split == "valid" else "test",
             protocols=parse_protocols(",".join(protocols)),
             ks=ks,
+            draws=draws,
         )
-        return report.metrics
+        return report.metrics_with_draws()
 
     def save(self, path: str | Path) -> Path:
         """Copy the run directory to `path` (new or empty): `seqrec.load(path)` gives the same

@@ -148,6 +148,38 @@ class EvalReport:
     users: np.ndarray  # (E,) internal user index
     ranks: dict[str, np.ndarray]  # protocol -> (E,) 0-based rank of the target
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)  # protocol -> name -> value
+    # a sampled protocol -> metric -> its value with each candidate draw, the stored draw first
+    # (`evaluate(more_negatives=...)`); empty when the stored draw alone was ranked against
+    draws: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+
+    def over_draws(self) -> dict[str, dict[str, dict[str, float]]]:
+        """A sampled protocol -> metric -> {"mean", "std", "min", "max", "draws"} over the
+        candidate draws (`draws`); std is the sample standard deviation (0 for one draw)."""
+        out: dict[str, dict[str, dict[str, float]]] = {}
+        for protocol, by_metric in self.draws.items():
+            out[protocol] = {}
+            for metric, values in by_metric.items():
+                v = np.asarray(values, dtype=np.float64)
+                out[protocol][metric] = {
+                    "mean": float(v.mean()),
+                    "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0,
+                    "min": float(v.min()),
+                    "max": float(v.max()),
+                    "draws": len(v),
+                }
+        return out
+
+    def metrics_with_draws(self) -> dict[str, dict[str, float]]:
+        """`metrics`, where a sampled protocol was ranked against several candidate draws with
+        `<metric>_mean` and `<metric>_std` over them beside each metric (the stored draw's)."""
+        spread = self.over_draws()
+        out: dict[str, dict[str, float]] = {}
+        for protocol, values in self.metrics.items():
+            out[protocol] = dict(values)
+            for metric, s in spread.get(protocol, {}).items():
+                out[protocol][f"{metric}_mean"] = s["mean"]
+                out[protocol][f"{metric}_std"] = s["std"]
+        return out
 
 
 def full_ranks(scores: torch.Tensor, t_score: torch.Tensor, excluded: torch.Tensor) -> torch.Tensor:
@@ -198,10 +230,13 @@ def evaluate(
     batch_size: int = 256,
     device: torch.device | str | None = None,
     progress: bool = False,
+    more_negatives: Sequence[Mapping[str, np.ndarray]] = (),
 ) -> EvalReport:
     """Rank every user's target under each protocol; metrics are means over users. The
     histories go to `device`; None: the scorer's own (its `device`, e.g. a model's weights'),
-    else the CPU."""
+    else the CPU. `more_negatives`: other draws of the sampled protocols' candidates (each like
+    `negatives`), ranked against from the same scores; the report's `draws` then holds each
+    sampled protocol's metrics with `negatives` and with every one of them."""
     protocols = parse_protocols(protocols)
     device = torch.device(device if device is not None else getattr(scorer, "device", "cpu"))
     for p in protocols:
@@ -211,7 +246,16 @@ def evaluate(
             )
     hist = eval_set.histories
     n_eval = len(eval_set.targets)
+    sampled = [p for p in protocols if p in SAMPLED_PROTOCOLS]
+    for i, more in enumerate(more_negatives):
+        for p in sampled:
+            if p not in more or more[p].shape[0] != n_eval:
+                raise ValueError(
+                    f"more_negatives[{i}]: no {p} candidates for each of {n_eval} users"
+                )
     ranks = {p: np.zeros(n_eval, dtype=np.int64) for p in protocols}
+    # per sampled protocol, the ranks against each further draw
+    draw_ranks = {p: [np.zeros(n_eval, dtype=np.int64) for _ in more_negatives] for p in sampled}
     # Group users by history length so each batch pads little; results go back to user order.
     order = np.argsort(hist.lengths, kind="stable")
     bar = Progress(n_eval, f"evaluate {eval_set.split}", unit="user", enabled=progress)
@@ -241,16 +285,33 @@ def evaluate(
                     rank = _block_full_ranks(blocks, width, t_score, excluded)
             else:
                 assert negatives is not None
-                negs = torch.from_numpy(negatives[p][rows]).to(device).long()  # (B, N)
-                rival = gather(negs)  # (B, N)
-                rank = (~(rival < t_score) & (negs != 0)).sum(1)
+                rank = _sampled_ranks(gather, t_score, negatives[p][rows], device)
+                for d, more in enumerate(more_negatives):
+                    r = _sampled_ranks(gather, t_score, more[p][rows], device)
+                    draw_ranks[p][d][rows] = r.cpu().numpy()
             ranks[p][rows] = rank.cpu().numpy()
         bar.update(len(rows))
     bar.close()
     report = EvalReport(split=eval_set.split, users=eval_set.users, ranks=ranks)
     for p in protocols:
         report.metrics[p] = summarize(ranks[p], ks)
+    if more_negatives:
+        for p in sampled:
+            each = [report.metrics[p], *(summarize(r, ks) for r in draw_ranks[p])]
+            report.draws[p] = {m: [d[m] for d in each] for m in report.metrics[p]}
     return report
+
+
+def _sampled_ranks(
+    gather: Callable[[torch.Tensor], torch.Tensor],
+    t_score: torch.Tensor,
+    candidates: np.ndarray,
+    device: torch.device,
+) -> torch.Tensor:
+    """(B,) how many of each row's candidates (B, N) (0: none, padding) score at or above the
+    target (its score `t_score`, (B, 1)); `gather` reads the scores of ids (B, N)."""
+    negs = torch.from_numpy(candidates).to(device).long()
+    return (~(gather(negs) < t_score) & (negs != 0)).sum(1)
 
 
 def save_ranks(report: EvalReport, path: Path, user_ids: Sequence[Any] | None = None) -> None:

@@ -51,6 +51,7 @@ __all__ = [
     "UnknownItemsError",
     "item_metadata",
     "read_histories",
+    "recommendations_frame",
     "write_recommendations",
 ]
 
@@ -556,6 +557,22 @@ def write_recommendations(
     p = Path(path)
     if p.suffix not in (".parquet", ".csv"):
         raise ConfigError(f"{p}: the output must be a .parquet or .csv file")
+    df = recommendations_frame(users, recs, rec)
+    buf = io.BytesIO()
+    if p.suffix == ".parquet":
+        df.write_parquet(buf)
+    else:
+        df.write_csv(buf)
+    atomic_write(p, lambda f: f.write(buf.getvalue()))
+    return p
+
+
+def recommendations_frame(
+    users: Sequence[Any],
+    recs: Sequence[list[tuple[Any, float]]],
+    rec: Recommender | None = None,
+) -> pl.DataFrame:
+    """One row per (user, rank): user, rank, item, score (+ title when `rec` knows titles)."""
     rows = [
         (u, r, item, score)
         for u, rr in zip(users, recs, strict=True)
@@ -574,10 +591,4 @@ def write_recommendations(
     if rec is not None and rec.metadata is not None:
         titles = [(rec.describe(i) or {}).get("title") for i in df.get_column("item")]
         df = df.with_columns(pl.Series("title", titles, dtype=pl.String))
-    buf = io.BytesIO()
-    if p.suffix == ".parquet":
-        df.write_parquet(buf)
-    else:
-        df.write_csv(buf)
-    atomic_write(p, lambda f: f.write(buf.getvalue()))
-    return p
+    return df

@@ -18,9 +18,10 @@ from seqrec.cli.common import (
     _run_config,
     _settings_of_the_run,
 )
-from seqrec.data.prepared import PreparedDataset, load_prepared, prepare
+from seqrec.data.prepared import PreparedDataset, draw_seeds, load_prepared, prepare
 from seqrec.errors import ConfigError, SeqrecError
 from seqrec.evaluate import (
+    SAMPLED_PROTOCOLS,
     EvalReport,
     Scorer,
     compare_reports,
@@ -40,6 +41,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         check_out_file(Path(args.save_ranks), replace=args.force, inputs=[args.model, args.data])
     if args.with_runs and args.model == "pop":
         raise ConfigError("--with: an ensemble is of run directories, not 'pop'")
+    if args.draws < 1:
+        raise ConfigError(f"--draws: expected an integer >= 1, got {args.draws}")
     weights = _weights_arg(args)  # checked before anything is loaded
     protocols_arg = args.protocol
     ks_arg = [int(k) for k in args.k.split(",")] if args.k else None
@@ -68,16 +71,23 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             scorer, name = _ensemble(args, run, ds, device, weights)
     else:
         raise SeqrecError(f"{args.model}: neither 'pop' nor a run directory")
+    protocols = parse_protocols(protocols_arg or cfg.eval.protocols)
+    if args.draws > 1 and not set(protocols) & set(SAMPLED_PROTOCOLS):
+        raise ConfigError(
+            f"--draws: the protocols ({', '.join(protocols)}) hold no sampled one "
+            f"({', '.join(SAMPLED_PROTOCOLS)}): nothing is drawn"
+        )
     report = ds.evaluate(
         scorer,
         args.split,
-        protocols=parse_protocols(protocols_arg or cfg.eval.protocols),
+        protocols=protocols,
         ks=ks_arg or list(cfg.eval.ks),
         batch_size=cfg.eval.batch_size,
         device=device,
         progress=not args.quiet,
         sample_users=cfg.eval.sample_users,
         seed=cfg.eval.negative_seed,
+        draws=args.draws,
     )
     _print_report(args, report, name, ds)
     return 0
@@ -138,9 +148,26 @@ def _print_report(
     if args.save_ranks:
         save_ranks(report, Path(args.save_ranks), ds.user_ids)
     if args.json:
-        print(json.dumps(report.metrics))
-    else:
-        print(metrics_table(report.metrics, model=name, with_paper=args.split == "test"))
+        print(json.dumps(report.metrics_with_draws()))
+        return
+    print(metrics_table(report.metrics, model=name, with_paper=args.split == "test"))
+    spread = report.over_draws()
+    if spread:
+        seeds = draw_seeds(ds.candidate_seed, args.draws)
+        print(
+            f"\nOver {args.draws} candidate draws (eval.negative_seed {seeds[0]}, the stored "
+            f"one, then {', '.join(map(str, seeds[1:]))}): mean ± sample standard deviation "
+            "[range]\n"
+        )
+        metrics = list(next(iter(spread.values())))
+        print("| protocol | " + " | ".join(m.upper() for m in metrics) + " |")
+        print("|---|" + "---|" * len(metrics))
+        for protocol, by_metric in spread.items():
+            cells = (
+                f"{s['mean']:.4f} ± {s['std']:.4f} [{s['min']:.4f}, {s['max']:.4f}]"
+                for s in by_metric.values()
+            )
+            print(f"| {protocol} | " + " | ".join(cells) + " |")
 
 
 def cmd_significance(args: argparse.Namespace) -> int:
@@ -322,6 +349,14 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--split", choices=["test", "valid"], default="test")
     p.add_argument("--k", help="comma-separated cut-offs (default 1,5,10)")
     p.add_argument("--save-ranks", metavar="FILE.parquet", help="write every user's rank")
+    p.add_argument(
+        "--draws",
+        type=int,
+        default=1,
+        metavar="N",
+        help="rank uni100 / pop100 against N draws of their candidates, the stored one first, "
+        "and report the mean and standard deviation over them (default 1: the stored draw)",
+    )
     p.add_argument("--json", action="store_true")
     _add_trust_flag(p)
     p.set_defaults(func=cmd_evaluate)

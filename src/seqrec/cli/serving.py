@@ -28,10 +28,13 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     """Top-k for one history (--history), a known user (--user), or every history of a file
     (--input -> --output)."""
     modes = [args.history is not None, args.user is not None, args.input is not None]
-    if sum(modes) != 1:
-        raise SeqrecError("recommend: give exactly one of --history, --user, --input")
-    if args.input and not args.output:
-        raise SeqrecError("recommend --input needs --output (a .parquet or .csv file)")
+    if sum(modes) + args.all_users != 1:
+        raise SeqrecError("recommend: give exactly one of --history, --user, --input, --all-users")
+    if (args.input or args.all_users) and not args.output:
+        flag = "--input" if args.input else "--all-users"
+        raise SeqrecError(f"recommend {flag} needs --output (a .parquet or .csv file)")
+    if args.output and Path(args.output).suffix not in (".parquet", ".csv"):
+        raise ConfigError(f"{args.output}: the output must be a .parquet or .csv file")
     if args.output:
         check_out_file(Path(args.output), replace=args.force, inputs=[args.input, args.run])
     rec = Recommender.from_run(
@@ -45,6 +48,14 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     candidates = _id_list(args.candidates) if args.candidates else None
     if args.exclude:
         rec.exclude_items(_id_list(args.exclude))
+    if args.all_users:
+        from seqrec.all_users import write_all_users
+
+        n = write_all_users(
+            rec, args.output, args.k, exclude, candidates=candidates, progress=not args.quiet
+        )
+        print(f"{n:,} users -> {args.output}")
+        return 0
     if args.input:
         data = dataclasses.replace(rec.run.config.data, **_column_flags(args))
         users, histories = read_histories(
@@ -161,7 +172,14 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--history", help="item ids, oldest first: 1193,661,914 ('' = none)")
     p.add_argument("--user", help="a user of the training data")
     p.add_argument("--input", help="a CSV/Parquet log with columns user,item[,timestamp]")
-    p.add_argument("--output", help="recommendations file for --input (.parquet or .csv)")
+    p.add_argument(
+        "--all-users",
+        action="store_true",
+        help="every user of the run's data, streamed to --output in bounded memory",
+    )
+    p.add_argument(
+        "--output", help="recommendations file for --input or --all-users (.parquet or .csv)"
+    )
     _add_column_flags(p)  # default: the columns the run was trained with
     p.add_argument("--force", action="store_true", help="replace an existing --output file")
     p.add_argument("-k", type=int, default=10, help="how many items (default 10)")

@@ -20,6 +20,7 @@ import os
 import shutil
 import sys
 import tempfile
+import zipfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import cached_property
@@ -31,7 +32,13 @@ import polars as pl
 import torch
 
 from seqrec.data import download
-from seqrec.data.candidates import PROTOCOLS, SAMPLED_PROTOCOLS, item_popularity, sample_negatives
+from seqrec.data.candidates import (
+    N_NEGATIVES,
+    PROTOCOLS,
+    SAMPLED_PROTOCOLS,
+    item_popularity,
+    sample_negatives,
+)
 from seqrec.data.frames import frame_fingerprint, interactions_from_frame, is_frame
 from seqrec.data.io import detect_format, read_interactions
 from seqrec.data.preprocess import (
@@ -93,9 +100,13 @@ class PreparedDataset:
     user_ids: list[Any]
     item_ids: list[Any]
     stats: dict[str, Any]
-    _negatives: dict[str, np.ndarray]
+    # the stored candidates, or the file that holds them, read on first use: recommending and
+    # serving never need them (at a million users, 1.6 GB)
+    _negatives: dict[str, np.ndarray] | Path
     # the time split: how many of each user's items come before the cut (None: leave-one-out)
     before_cut: np.ndarray | None = None
+    # the candidates file as it was when the dataset was loaded (identity, size, time)
+    _negatives_stat: tuple[int, ...] | None = None
 
     @property
     def name(self) -> str:
@@ -129,7 +140,10 @@ class PreparedDataset:
 
     def negatives(self, split: Split) -> dict[str, np.ndarray]:
         """The stored sampled candidates of one split, by protocol."""
-        return {p: self._negatives[f"{split}_{p}"] for p in SAMPLED_PROTOCOLS}
+        if isinstance(self._negatives, Path):
+            self._negatives = _read_negatives(self._negatives, self._negatives_stat)
+        stored = self._negatives
+        return {p: stored[f"{split}_{p}"] for p in SAMPLED_PROTOCOLS}
 
     def eval_data(
         self, split: Split, sample_users: int = 0, seed: int = 42
@@ -138,12 +152,44 @@ class PreparedDataset:
         `sample_users` N > 0, only the split's users among a seeded sample of N of all users (the
         same sample for validation and test, in user order)."""
         eval_set, negatives = self.split.eval_set(split), self.negatives(split)
-        if 0 < sample_users < len(eval_set.targets):
-            chosen = np.random.default_rng(seed).permutation(self.n_users)[:sample_users]
-            rows = np.flatnonzero(np.isin(eval_set.users, chosen))
+        rows = self._sampled_rows(eval_set, sample_users, seed)
+        if rows is not None:
             eval_set = eval_set.take(rows)
             negatives = {p: n[rows] for p, n in negatives.items()}
         return eval_set, negatives
+
+    def _sampled_rows(self, eval_set: EvalSet, sample_users: int, seed: int) -> np.ndarray | None:
+        """The rows of `eval_set` among a seeded sample of `sample_users` users; None: all."""
+        if not 0 < sample_users < len(eval_set.targets):
+            return None
+        chosen = np.random.default_rng(seed).permutation(self.n_users)[:sample_users]
+        return np.flatnonzero(np.isin(eval_set.users, chosen))
+
+    @property
+    def candidate_seed(self) -> int:
+        """The seed its stored candidates were drawn with (`eval.negative_seed`)."""
+        return int(self.manifest.get("key", {}).get("negative_seed", 42))
+
+    def candidate_draws(
+        self, split: Split, draws: int, sample_users: int = 0, seed: int = 42
+    ) -> list[dict[str, np.ndarray]]:
+        """The sampled protocols' candidates of one split for `draws` draws: the stored ones
+        first, then those the seeds of `draw_seeds` after it give (drawn as `prepare` draws the
+        stored ones, with as many negatives); `sample_users`, `seed`: see `eval_data`."""
+        if draws < 1:
+            raise ValueError(f"draws: expected at least 1, got {draws}")
+        eval_set = self.split.eval_set(split)
+        rows = self._sampled_rows(eval_set, sample_users, seed)
+        n = int(self.manifest.get("key", {}).get("n_negatives", N_NEGATIVES))
+        out = [self.negatives(split)]
+        for s in draw_seeds(self.candidate_seed, draws)[1:]:
+            out.append(
+                {
+                    p: _sample_split(self.sequences, self.split, split, p, n, s)
+                    for p in SAMPLED_PROTOCOLS
+                }
+            )
+        return out if rows is None else [{p: c[rows] for p, c in d.items()} for d in out]
 
     def evaluate(
         self,
@@ -157,13 +203,17 @@ class PreparedDataset:
         progress: bool = False,
         sample_users: int = 0,
         seed: int = 42,
+        draws: int = 1,
     ) -> EvalReport:
         """Evaluate a scorer on one split against this dataset's stored candidates (a shortcut to
         `seqrec.evaluate.evaluate`, imported here so that the data layer does not depend on it);
-        `sample_users`, `seed`: see `eval_data`."""
+        `sample_users`, `seed`: see `eval_data`. `draws` > 1: the sampled protocols ranked
+        against that many candidate draws as well (`candidate_draws`), the report's `draws` and
+        `over_draws()` holding each draw's metrics and their mean and spread."""
         from seqrec.evaluate import evaluate
 
         eval_set, negatives = self.eval_data(split, sample_users, seed)
+        more = self.candidate_draws(split, draws, sample_users, seed)[1:] if draws > 1 else []
         return evaluate(
             scorer,
             eval_set,
@@ -173,6 +223,7 @@ class PreparedDataset:
             batch_size=batch_size,
             device=device,
             progress=progress,
+            more_negatives=more,
         )
 
 
@@ -629,27 +680,38 @@ def _check_split(data_cfg: DataConfig) -> None:
 
 
 def _sample_all(seqs: Sequences, split: LeaveOneOut, eval_cfg: EvalConfig) -> dict[str, np.ndarray]:
-    popularity = item_popularity(seqs)
-    out: dict[str, np.ndarray] = {}
+    return {
+        f"{split_name}_{protocol}": _sample_split(
+            seqs, split, split_name, protocol, eval_cfg.n_negatives, eval_cfg.negative_seed
+        )
+        for split_name in ("valid", "test")
+        for protocol in SAMPLED_PROTOCOLS
+    }
+
+
+def _sample_split(
+    seqs: Sequences, split: LeaveOneOut, split_name: Split, protocol: str, n: int, seed: int
+) -> np.ndarray:
+    """One split's candidates under one sampled protocol, for the candidate seed `seed`."""
     # What a split's negatives must avoid: the items known at its time. Test: the whole
     # sequence. Validation: the items up to and including its target, i.e. the test input; the
     # test item is the future there and may be drawn (blocking it would leak it).
-    known = {
-        "valid": (split.test.histories, np.arange(len(split.test.users))),
-        "test": (seqs, split.test.users),
-    }
-    for s_i, split_name in enumerate(("valid", "test")):
-        seen, rows = known[split_name]
-        for p_i, protocol in enumerate(SAMPLED_PROTOCOLS):
-            weights = popularity if protocol == "pop100" else None
-            # one independent, reproducible stream per (split, protocol)
-            seed = int(
-                np.random.SeedSequence([eval_cfg.negative_seed, s_i, p_i]).generate_state(1)[0]
-            )
-            out[f"{split_name}_{protocol}"] = sample_negatives(
-                seen, rows, n=eval_cfg.n_negatives, weights=weights, seed=seed
-            )
-    return out
+    if split_name == "valid":
+        seen, rows = split.test.histories, np.arange(len(split.test.users))
+    else:
+        seen, rows = seqs, split.test.users
+    weights = item_popularity(seqs) if protocol == "pop100" else None
+    # one independent, reproducible stream per (split, protocol)
+    s_i, p_i = ("valid", "test").index(split_name), SAMPLED_PROTOCOLS.index(protocol)
+    stream = int(np.random.SeedSequence([seed, s_i, p_i]).generate_state(1)[0])
+    return sample_negatives(seen, rows, n=n, weights=weights, seed=stream)
+
+
+def draw_seeds(own: int, draws: int) -> list[int]:
+    """The candidate seeds of `draws` draws: the stored one (`own`) first, then the smallest
+    non-negative integers other than it."""
+    others = (s for s in range(draws + 1) if s != own)
+    return [own, *(next(others) for _ in range(draws - 1))]
 
 
 def _write_atomically(
@@ -718,6 +780,26 @@ def _looked_at(path: Path) -> Path:
     return size_checked(path, bound("prepared"), root=path.parent, error=DataError)
 
 
+def _file_stat(path: Path) -> tuple[int, ...]:
+    st = path.stat()
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _read_negatives(path: Path, stat: tuple[int, ...] | None) -> dict[str, np.ndarray]:
+    """A prepared dataset's stored candidates, split_protocol -> (E, n) int32; the file must be
+    the one that was there when the dataset was loaded (`stat`)."""
+    if stat is not None and (not path.exists() or _file_stat(path) != stat):
+        raise DataError(f"{path}: replaced or removed since its dataset was loaded; load it again")
+    try:
+        with np.load(_looked_at(path)) as npz:
+            return {k: npz[k].astype(np.int32, copy=False) for k in npz.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise DataError(
+            f"{path}: not readable as stored candidates ({first}); prepare again"
+        ) from None
+
+
 def load_prepared(path: str | Path) -> PreparedDataset:
     path = Path(path)
     manifest_path = path / "manifest.json"
@@ -741,8 +823,8 @@ def load_prepared(path: str | Path) -> PreparedDataset:
         offsets=offsets,
         n_items=len(vocab["items"]),
     )
-    with np.load(_looked_at(path / "negatives.npz")) as npz:
-        negatives = {k: npz[k].astype(np.int32, copy=False) for k in npz.files}
+    negatives = _looked_at(path / "negatives.npz")  # read when first needed
+    negatives_stat = _file_stat(negatives)
     stats = _json(path / "stats.json", "metrics")
     before = None
     if "after_cut" in table.columns:
@@ -757,4 +839,5 @@ def load_prepared(path: str | Path) -> PreparedDataset:
         stats=stats,
         _negatives=negatives,
         before_cut=before,
+        _negatives_stat=negatives_stat,
     )
