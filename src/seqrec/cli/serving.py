@@ -33,10 +33,10 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     if (args.input or args.all_users) and not args.output:
         flag = "--input" if args.input else "--all-users"
         raise SeqrecError(f"recommend {flag} needs --output (a .parquet or .csv file)")
-    if args.output and Path(args.output).suffix not in (".parquet", ".csv"):
-        raise ConfigError(f"{args.output}: the output must be a .parquet or .csv file")
     if args.output:
         check_out_file(Path(args.output), replace=args.force, inputs=[args.input, args.run])
+        if Path(args.output).suffix not in (".parquet", ".csv"):
+            raise ConfigError(f"{args.output}: the output must be a .parquet or .csv file")
     rec = Recommender.from_run(
         args.run,
         device=str(resolve_device("auto")),

@@ -20,12 +20,14 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
+import weakref
 import zipfile
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 import polars as pl
@@ -100,13 +102,13 @@ class PreparedDataset:
     user_ids: list[Any]
     item_ids: list[Any]
     stats: dict[str, Any]
-    # the stored candidates, or the file that holds them, read on first use: recommending and
-    # serving never need them (at a million users, 1.6 GB)
-    _negatives: dict[str, np.ndarray] | Path
+    # the stored candidates, or the file that holds them, open since the dataset was loaded and
+    # read on first use: recommending and serving never need them (at a million users, 1.6 GB),
+    # and a folder prepared again meanwhile does not change them
+    _negatives: dict[str, np.ndarray] | BinaryIO
     # the time split: how many of each user's items come before the cut (None: leave-one-out)
     before_cut: np.ndarray | None = None
-    # the candidates file as it was when the dataset was loaded (identity, size, time)
-    _negatives_stat: tuple[int, ...] | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -140,9 +142,12 @@ class PreparedDataset:
 
     def negatives(self, split: Split) -> dict[str, np.ndarray]:
         """The stored sampled candidates of one split, by protocol."""
-        if isinstance(self._negatives, Path):
-            self._negatives = _read_negatives(self._negatives, self._negatives_stat)
-        stored = self._negatives
+        with self._lock:
+            if not isinstance(self._negatives, dict):
+                handle = self._negatives
+                self._negatives = _read_negatives(handle)
+                handle.close()
+            stored = self._negatives
         return {p: stored[f"{split}_{p}"] for p in SAMPLED_PROTOCOLS}
 
     def eval_data(
@@ -780,23 +785,17 @@ def _looked_at(path: Path) -> Path:
     return size_checked(path, bound("prepared"), root=path.parent, error=DataError)
 
 
-def _file_stat(path: Path) -> tuple[int, ...]:
-    st = path.stat()
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def _read_negatives(path: Path, stat: tuple[int, ...] | None) -> dict[str, np.ndarray]:
-    """A prepared dataset's stored candidates, split_protocol -> (E, n) int32; the file must be
-    the one that was there when the dataset was loaded (`stat`)."""
-    if stat is not None and (not path.exists() or _file_stat(path) != stat):
-        raise DataError(f"{path}: replaced or removed since its dataset was loaded; load it again")
+def _read_negatives(handle: BinaryIO) -> dict[str, np.ndarray]:
+    """A prepared dataset's stored candidates, split_protocol -> (E, n) int32, from the open
+    file `handle`."""
     try:
-        with np.load(_looked_at(path)) as npz:
+        handle.seek(0)
+        with np.load(handle) as npz:
             return {k: npz[k].astype(np.int32, copy=False) for k in npz.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         raise DataError(
-            f"{path}: not readable as stored candidates ({first}); prepare again"
+            f"{handle.name}: not readable as stored candidates ({first}); prepare again"
         ) from None
 
 
@@ -823,14 +822,14 @@ def load_prepared(path: str | Path) -> PreparedDataset:
         offsets=offsets,
         n_items=len(vocab["items"]),
     )
-    negatives = _looked_at(path / "negatives.npz")  # read when first needed
-    negatives_stat = _file_stat(negatives)
+    negatives_file = _looked_at(path / "negatives.npz")
     stats = _json(path / "stats.json", "metrics")
     before = None
     if "after_cut" in table.columns:
         after = table.get_column("after_cut").to_numpy()
         before = np.bincount(users[~after], minlength=n_users).astype(np.int64)
-    return PreparedDataset(
+    negatives = negatives_file.open("rb")  # read when first needed
+    ds = PreparedDataset(
         path=path,
         manifest=manifest,
         sequences=seqs,
@@ -839,5 +838,6 @@ def load_prepared(path: str | Path) -> PreparedDataset:
         stats=stats,
         _negatives=negatives,
         before_cut=before,
-        _negatives_stat=negatives_stat,
     )
+    weakref.finalize(ds, negatives.close)  # closed with the dataset, if never read
+    return ds
