@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import polars as pl
 
 from seqrec.errors import ConfigError
@@ -62,17 +61,16 @@ def write_all_users(
     bar.note(f"recommend: the top {k} of {n:,} users -> {p}")
     try:
         for i, lo in enumerate(range(0, n, chunk)):
-            rows = np.arange(lo, min(n, lo + chunk))
-            histories = [ds.sequences[int(r)] for r in rows]
+            rows = range(lo, min(n, lo + chunk))
             recs = rec.recommend_encoded(
-                histories,
+                [ds.sequences[r] for r in rows],
                 k,
                 exclude_seen,
                 candidates=candidates,
                 exclude=exclude,
-                users=rows.tolist(),
+                users=list(rows),
             )
-            users = [ds.user_ids[int(r)] for r in rows]
+            users = ds.user_ids[rows.start : rows.stop]
             recommendations_frame(users, recs, rec).write_parquet(parts / f"{i:08d}.parquet")
             bar.update(len(rows))
             bar.report(part=f"{i + 1} of {-(-n // chunk)}")  # a line a part off a terminal
