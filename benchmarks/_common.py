@@ -1,6 +1,6 @@
 """Shared by the benchmark scripts: the one way a result is written and a run is reused.
 
-Every result is written by `seqrec.results.write_results` (JSON + Markdown with the command,
+Every result is written by `seqrec.experiments.results.write_results` (JSON + Markdown with the command,
 the evaluating commit and its diff when dirty, the machine, the seeds and a record of every
 training run reported) into benchmarks/results/<area>/. A finished run is reused only when its
 config equals the requested one (`train_or_reuse`).
@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from seqrec import results
+from seqrec.experiments import results
 from seqrec.files import check_name
 
 RESULTS = Path(__file__).parent / "results"
@@ -72,7 +72,7 @@ def write_results(
     runs: Sequence[Path] = (),
     area: str | None = None,
 ) -> tuple[Path, Path]:
-    """Write results/<area>/<name>.json and .md through `seqrec.results.write_results` (the
+    """Write results/<area>/<name>.json and .md through `seqrec.experiments.results.write_results` (the
     one writer, shared with `seqrec experiment`); return their paths.
 
     `seeds`: every seed the numbers depend on (e.g. {"train": 0, "candidates": 42}); `runs`: the
@@ -137,8 +137,8 @@ def train_or_reuse(
     resumed, else it is trained; a run whose config differs from `cfg` is refused (one line
     naming the differing keys). Returns its metrics and its per-epoch log."""
     from seqrec.errors import ConfigError
-    from seqrec.rundir import RunDir
-    from seqrec.train import train_or_reuse as reuse
+    from seqrec.training.fit import train_or_reuse as reuse
+    from seqrec.training.rundir import RunDir
 
     try:
         metrics = reuse(out, cfg, ds, source={"data": str(src)}, trust=True)  # its own runs

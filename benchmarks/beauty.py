@@ -18,8 +18,8 @@ from typing import Any
 
 from _common import budgeted_row, paper_beauty, runs_dir, train_or_reuse, write_results
 from seqrec.data.prepared import prepare
+from seqrec.evaluation.reference import PAPER_ROWS_BEAUTY
 from seqrec.models.baselines import Popularity
-from seqrec.reference import PAPER_ROWS_BEAUTY
 
 ROWS = (
     "sasrec=beauty-sasrec:20m",

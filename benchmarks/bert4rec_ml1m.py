@@ -18,8 +18,8 @@ from _common import paper_ml1m, train_or_reuse, write_results
 from seqrec.config import RunConfig, load_config
 from seqrec.data import download
 from seqrec.data.prepared import prepare
+from seqrec.evaluation.report import metrics_table
 from seqrec.models.baselines import Popularity
-from seqrec.report import metrics_table
 
 
 def main() -> None:

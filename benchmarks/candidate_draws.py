@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from _common import write_results
-from seqrec.checkpoint import load_run
 from seqrec.cli.common import _source_data
 from seqrec.data.prepared import PreparedDataset, draw_seeds, prepare
-from seqrec.reference import paper_table
+from seqrec.evaluation.reference import paper_table
+from seqrec.training.checkpoint import load_run
 
 METRICS = ("hr@10", "ndcg@10")
 
@@ -105,7 +105,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("runs", nargs="+", metavar="LABEL=RUN_DIR")
     ap.add_argument("--draws", type=int, default=20, help="other candidate draws (seeds 0..N-1)")
-    ap.add_argument("--table", help="a paper table of seqrec.reference: its protocol and rows")
+    ap.add_argument(
+        "--table", help="a paper table of seqrec.evaluation.reference: its protocol and rows"
+    )
     ap.add_argument("--protocol", help="uni100 or pop100 (default: the table's)")
     ap.add_argument("--name", default="candidate_draws", help="results file stem")
     args = ap.parse_args()

@@ -1,4 +1,4 @@
-"""The chunked full-softmax CE (seqrec.losses) at several chunk heights: forward + backward time
+"""The chunked full-softmax CE (seqrec.training.losses) at several chunk heights: forward + backward time
 for M target positions against catalogues of ML-1M's and Beauty's sizes, and the height the
 library picks (`ce_chunk_rows`). Random features and weights; the best of `--repeats` runs.
 
@@ -13,7 +13,7 @@ import time
 import torch
 
 from _common import write_results
-from seqrec import losses
+from seqrec.training import losses
 
 CATALOGUES = {"ML-1M": 3416, "Beauty": 54542}
 HEIGHTS = (512, 256, 128, 64, 32, 16)

@@ -13,7 +13,7 @@ or first rewrites the copied tables):
   benchmark wrote it. `--render` rewrites every copied table from its source.
 
 Numbers that look measured (metrics with 3-4 decimals, speeds in seq/s, histories/s,
-requests/s, GFLOP/s, ms) must be one of these or a published number (`seqrec.reference`).
+requests/s, GFLOP/s, ms) must be one of these or a published number (`seqrec.evaluation.reference`).
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def docs() -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    from seqrec.reference import published_numbers
+    from seqrec.evaluation.reference import published_numbers
 
     if "--render" in args:
         for doc in docs():

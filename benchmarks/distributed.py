@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from _common import paper_ml1m, runs_dir, write_results
-from seqrec.rundir import RunDir
+from seqrec.training.rundir import RunDir
 
 
 def _free_port() -> int:

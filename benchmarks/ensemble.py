@@ -10,9 +10,9 @@ full NDCG@10 over a grid, and the test split is read once, at the chosen weights
 NAME=CONFIG:BUDGET[:KEY=VALUE,...]; its run is <runs-dir>/NAME, or NAME-s<seed> with
 train.seed=<seed> for a seed other than 0 (a finished run with the same config is reused as it
 was trained). Each seed is one ensemble of its members' runs of that seed, with its own weights.
-The score is `seqrec.ensemble.Ensemble`'s: the weighted sum of the members' log-softmax scores.
+The score is `seqrec.experiments.ensemble.Ensemble`'s: the weighted sum of the members' log-softmax scores.
 The grid: every weight vector on the simplex in steps of `--step`
-(`seqrec.ensemble.choose_weights`).
+(`seqrec.experiments.ensemble.choose_weights`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Any
 
 from _common import budgeted_row, paper_beauty, paper_ml1m, runs_dir, train_or_reuse, write_results
 from seqrec.data.prepared import PreparedDataset, prepare
-from seqrec.ensemble import Ensemble, choose_weights
-from seqrec.evaluate import PROTOCOLS
+from seqrec.evaluation.protocols import PROTOCOLS
+from seqrec.experiments.ensemble import Ensemble, choose_weights
 
 
 def _metrics(report: Any) -> dict[str, dict[str, float]]:
@@ -49,7 +49,7 @@ def _one_seed(
     specs: list[str], seed: int, ds: PreparedDataset, src: Path, root: Path, step: float
 ) -> dict[str, Any]:
     """Train (or reuse) the members of one seed, choose their weights on validation, test."""
-    from seqrec.checkpoint import load_run
+    from seqrec.training.checkpoint import load_run
 
     members = [budgeted_row(_seeded(spec, seed)) for spec in specs]
     runs: list[Path] = []
@@ -137,7 +137,7 @@ def main() -> None:
         f"# An ensemble on {args.data}: {' + '.join(names)}\n",
         "Members trained (or reused) under their budgets; per seed, the weights chosen on "
         f"validation full NDCG@10 over a grid of step {args.step} (each member's log-softmax "
-        "scores, weighted and summed: `seqrec.ensemble.Ensemble`) and the test split read at "
+        "scores, weighted and summed: `seqrec.experiments.ensemble.Ensemble`) and the test split read at "
         "the chosen weights. Member rows: each run's own scores, recomputed here.\n",
         "| system | weights | valid full NDCG@10 | test full HR@10 | test full NDCG@10 | "
         "test uni100 NDCG@10 | test pop100 NDCG@10 |",

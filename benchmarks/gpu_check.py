@@ -177,7 +177,7 @@ def throughput(
 
     from seqrec.config import RunConfig, load_config
     from seqrec.data.prepared import prepare
-    from seqrec.train import (
+    from seqrec.training.fit import (
         LOSS_READ_EVERY,
         _epochs,
         prefetched,

@@ -22,10 +22,10 @@ import numpy as np
 import torch
 
 from _common import write_results
-from seqrec.checkpoint import load_run
 from seqrec.data.prepared import load_prepared
-from seqrec.evaluate import pad_histories
-from seqrec.rundir import RunDir
+from seqrec.evaluation.protocols import pad_histories
+from seqrec.training.checkpoint import load_run
+from seqrec.training.rundir import RunDir
 
 SHOWN = ("loss", "n_negatives", "negatives_per", "gbce_t", "prior_offset", "lr", "threads")
 

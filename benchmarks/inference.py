@@ -21,9 +21,9 @@ import numpy as np
 import torch
 
 from _common import write_results
-from seqrec.evaluate import PROTOCOLS
-from seqrec.recommender import Recommender
-from seqrec.train import ModelScorer
+from seqrec.evaluation.protocols import PROTOCOLS
+from seqrec.serving.recommender import Recommender
+from seqrec.training.fit import ModelScorer
 
 
 def timed(fn: Any, repeats: int) -> tuple[float, Any]:

@@ -19,9 +19,9 @@ from _common import paper_beauty, write_results
 from seqrec.config import EvalConfig
 from seqrec.data.prepared import prepare
 from seqrec.data.preprocess import kcore_mask
-from seqrec.evaluate import item_popularity
+from seqrec.evaluation.protocols import item_popularity
+from seqrec.evaluation.reference import PAPER_ROWS_BEAUTY
 from seqrec.models.baselines import Popularity
-from seqrec.reference import PAPER_ROWS_BEAUTY
 
 TABLE1 = {"users": 40226, "items": 54542, "actions": 353962, "avg_length": 8.8, "density": "0.02%"}
 METRICS = ("hr@1", "hr@5", "hr@10", "ndcg@5", "ndcg@10", "mrr")

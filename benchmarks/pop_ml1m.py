@@ -14,8 +14,8 @@ from pathlib import Path
 from _common import paper_ml1m, write_results
 from seqrec.config import EvalConfig
 from seqrec.data.prepared import prepare
+from seqrec.evaluation.report import metrics_table
 from seqrec.models.baselines import Popularity
-from seqrec.report import metrics_table
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from _common import write_results
 from seqrec.config import RunConfig, as_trained, config_diff, load_config
-from seqrec.rundir import RunDir
+from seqrec.training.rundir import RunDir
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ custom column names (written as a CSV under the runs directory: 20,000 users, 30
 Zipf popularity, histories of 3 to 60 items, half of the next items predictable). Each recipe
 fits its sizes (and, beyond 32,768 items, its loss) to each log when the run starts (`adapt`);
 the results record what it chose, and the epochs the budget was estimated to buy
-(`seqrec.train.epochs_bought`, timed before the run) beside the epochs it trained. A finished
+(`seqrec.training.fit.epochs_bought`, timed before the run) beside the epochs it trained. A finished
 run in RUNS_DIR/recipes-<log>-<recipe> is reported as it was trained.
 """
 
@@ -40,8 +40,8 @@ from seqrec.config import ANY_LOG_ADAPT, RunConfig, adapt_to_data, load_config
 from seqrec.data.prepared import PreparedDataset, prepare
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.models.baselines.pop import Popularity
-from seqrec.rundir import RunDir
-from seqrec.train import epochs_bought
+from seqrec.training.fit import epochs_bought
+from seqrec.training.rundir import RunDir
 
 RECIPES = ("sasrec-ce", "bert4rec", "gru4rec-plus", "lrurec")
 LOGS = ("ml-1m", "beauty", "synthetic")

@@ -84,8 +84,8 @@ def make_catalogue(path: Path, users: int, items: int, seed: int) -> None:
 
 def evaluate_test(run: str, users: int) -> None:
     """The run's test split, its sampled users, under every protocol: seconds (printed)."""
-    from seqrec.checkpoint import load_run
     from seqrec.data.prepared import load_prepared
+    from seqrec.training.checkpoint import load_run
 
     loaded = load_run(run)
     ds = load_prepared(loaded.source["prepared"])
@@ -109,7 +109,7 @@ def _json_line(log: Path) -> dict[str, Any]:
 def _run_summary(run: Path) -> dict[str, Any]:
     """What a finished `seqrec train` run records: epochs, speed, its evaluation's seconds and
     test metrics."""
-    from seqrec.rundir import RunDir
+    from seqrec.training.rundir import RunDir
 
     rd = RunDir(run)
     metrics, log = rd.metrics() or {}, rd.log()

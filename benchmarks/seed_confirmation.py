@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from _common import paper_ml1m, runs_dir, train_or_reuse, write_results
-from seqrec.checkpoint import load_run
 from seqrec.config import RunConfig, load_config
 from seqrec.data.prepared import prepare
-from seqrec.evaluate import PROTOCOLS
+from seqrec.evaluation.protocols import PROTOCOLS
+from seqrec.training.checkpoint import load_run
 
 
 def main() -> None:

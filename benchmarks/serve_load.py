@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from _common import write_results
-from seqrec.recommender import Recommender
+from seqrec.serving.recommender import Recommender
 
 
 def _free_port() -> int:

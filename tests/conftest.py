@@ -73,7 +73,7 @@ def tiny_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     from seqrec.config import RunConfig, load_config
     from seqrec.data.prepared import prepare
     from seqrec.data.synthetic import synthetic_interactions
-    from seqrec.train import fit
+    from seqrec.training.fit import fit
 
     root = tmp_path_factory.mktemp("tiny")
     df = synthetic_interactions(n_users=120, n_items=60, min_len=8, max_len=40, seed=3)
@@ -124,7 +124,7 @@ def _capped_at(room: int) -> Callable[[], None]:
     import subprocess
 
     probe = (
-        "import seqrec.cli, seqrec.checkpoint\n"
+        "import seqrec.cli, seqrec.training.checkpoint\n"
         "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmSize')))"
     )
     base_kib = int(

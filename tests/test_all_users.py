@@ -8,10 +8,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from seqrec.all_users import write_all_users
 from seqrec.cli import main
 from seqrec.errors import ConfigError
-from seqrec.recommender import Recommender
+from seqrec.serving.all_users import write_all_users
+from seqrec.serving.recommender import Recommender
 
 
 def test_every_user_in_parts_is_what_recommend_user_gives(

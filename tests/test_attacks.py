@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from seqrec.checkpoint import load_run
 from seqrec.config import RunConfig, load_config
 from seqrec.errors import ConfigError, RunError
-from seqrec.sizes import check_memory, memory
+from seqrec.training.checkpoint import load_run
+from seqrec.training.sizes import check_memory, memory
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,7 +60,7 @@ def _capped(code: str, *args: str, cap: Callable[[], None]) -> subprocess.Comple
 # ------------------------------------------------------------------- run files, looked at first
 
 LOADERS = {
-    "load_run": "import sys; from seqrec.checkpoint import load_run; load_run(sys.argv[1])",
+    "load_run": "import sys; from seqrec.training.checkpoint import load_run; load_run(sys.argv[1])",
     "seqrec.load": "import sys, seqrec; seqrec.load(sys.argv[1])",
     "seqrec.load trust": "import sys, seqrec; seqrec.load(sys.argv[1], trust=True)",
     "recommend": (
@@ -165,8 +165,8 @@ def test_weights_are_held_once_when_loaded(tmp_path: Path) -> None:
     built model, the weights took 2.2 times their size)."""
     import torch
 
-    from seqrec.checkpoint import build_model
-    from seqrec.rundir import RunDir
+    from seqrec.training.checkpoint import build_model
+    from seqrec.training.rundir import RunDir
 
     cfg = load_config(
         RunConfig, None, ['model="bpr-mf"', "bpr_mf.d_model=500", 'train.device="cpu"']
@@ -182,7 +182,7 @@ def test_weights_are_held_once_when_loaded(tmp_path: Path) -> None:
     size = (run.path / "model.pt").stat().st_size
     code = (
         "import resource, sys\n"
-        "from seqrec.checkpoint import load_run\n"
+        "from seqrec.training.checkpoint import load_run\n"
         "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "r = load_run(sys.argv[1])\n"
         "print(sum(p.numel() for p in r.model.parameters()))\n"
@@ -223,7 +223,7 @@ def test_layers_beyond_their_bound_are_one_line_before_anything_is_built(
 
 
 def test_an_experiment_specs_sizes_are_bounded_before_a_layer_is_made() -> None:
-    from seqrec.experiment import load_spec
+    from seqrec.experiments.spec import load_spec
 
     spec = load_spec("ensemble-ml1m").with_overrides(["lrurec.n_layers=1000000"])
     with pytest.raises(ConfigError, match=r"lrurec\.n_layers must be in \[0, 256\]"):
@@ -513,9 +513,9 @@ from seqrec.config import RunConfig, load_config
 from seqrec.data.prepared import prepare_frame
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import SeqrecError
-from seqrec.registry import MODELS
-from seqrec.sizes import check_memory
-from seqrec.train import fit
+from seqrec.models.registry import MODELS
+from seqrec.training.sizes import check_memory
+from seqrec.training.fit import fit
 
 root = Path(sys.argv[1])
 ds = prepare_frame(

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from seqrec.attention import _weights, attention_maps
 from seqrec.cli import main
+from seqrec.experiments.attention import _weights, attention_maps
 from seqrec.models.bert4rec import BERT4Rec, BERT4RecConfig, SelfAttention
 from seqrec.models.sasrec import CausalSelfAttention, SASRec, SASRecConfig
 

@@ -1,4 +1,4 @@
-"""Dynamic micro-batching (seqrec.batching): concurrent one-history requests are scored in
+"""Dynamic micro-batching (seqrec.serving.batching): concurrent one-history requests are scored in
 few calls, each gets its own answer, different k or exclude_seen never share a call, a full queue
 is refused at once, and a request past its deadline is not scored."""
 
@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from seqrec.batching import MicroBatcher, Overloaded
+from seqrec.serving.batching import MicroBatcher, Overloaded
 
 
 class FakeModel:

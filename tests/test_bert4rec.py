@@ -123,7 +123,7 @@ def test_packed_rows_compute_what_each_sample_computes_alone() -> None:
 def test_packed_cloze_batches_give_the_unpacked_loss() -> None:
     from seqrec.data.batches import ClozeConfig, ClozeSampler
     from seqrec.data.preprocess import Sequences
-    from seqrec.losses import LossSpec, model_loss
+    from seqrec.training.losses import LossSpec, model_loss
 
     torch.manual_seed(0)
     lists = [list(torch.randint(1, 31, (int(n),)).tolist()) for n in torch.randint(1, 25, (40,))]
@@ -160,7 +160,7 @@ def test_head_norm_is_the_original_codes_layernorm_after_the_transform() -> None
 
 
 def test_a_run_from_before_head_norm_loads_without_it(tmp_path: Path) -> None:
-    from seqrec.rundir import RunDir
+    from seqrec.training.rundir import RunDir
 
     (tmp_path / "config.json").write_text(json.dumps({"model": "bert4rec", "bert4rec": {}}))
     assert RunDir(tmp_path, trust=True).config().bert4rec.head_norm is False  # an older run

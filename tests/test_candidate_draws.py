@@ -17,7 +17,7 @@ def test_the_own_draw_gives_back_the_runs_numbers_and_the_others_differ(
     from seqrec.config import RunConfig, load_config
     from seqrec.data.prepared import prepare
     from seqrec.data.synthetic import synthetic_interactions
-    from seqrec.train import fit
+    from seqrec.training.fit import fit
 
     # more items than the 100 negatives plus any history: a draw is a choice among them (with
     # fewer, every draw would be all the unseen items and give the same number)

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from seqrec import rundir
-from seqrec.checkpoint import load_run
 from seqrec.errors import RunError
-from seqrec.rundir import RunDir, load_tensors
+from seqrec.training import rundir
+from seqrec.training.checkpoint import load_run
+from seqrec.training.rundir import RunDir, load_tensors
 
 
 class _Payload:
@@ -167,7 +167,7 @@ def test_a_full_disk_keeps_the_last_good_checkpoint(
 _RACER = """
 import os, sys, time
 from pathlib import Path
-from seqrec.rundir import RunDir
+from seqrec.training.rundir import RunDir
 from seqrec.errors import RunError
 run, marker, rounds = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 held = twice = 0

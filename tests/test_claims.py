@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-from seqrec.reference import published_numbers
+from seqrec.evaluation.reference import published_numbers
 
 
 def test_the_checker_catches_a_wrong_number_a_missing_source_and_an_unsourced_one(

@@ -15,7 +15,7 @@ import torch
 from seqrec.config import RunConfig, from_dict
 from seqrec.data.prepared import PreparedDataset, prepare_frame
 from seqrec.data.synthetic import synthetic_interactions
-from seqrec.train import fit
+from seqrec.training.fit import fit
 
 # SEQREC_TEST_DEVICE=cpu runs the same checks on the CPU (the tests' own dry run)
 DEVICE = os.environ.get("SEQREC_TEST_DEVICE", "cuda")
@@ -23,7 +23,9 @@ pytestmark = pytest.mark.skipif(
     DEVICE.startswith("cuda") and not torch.cuda.is_available(), reason="no CUDA device"
 )
 
-ev = importlib.import_module("seqrec.evaluate")  # the module (seqrec.evaluate is the function)
+ev = importlib.import_module(
+    "seqrec.evaluation.protocols"
+)  # the module (seqrec.evaluation.protocols is the function)
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +70,7 @@ def test_a_run_trains_on_the_gpu_and_ranks_as_its_weights_do_on_the_cpu(
 def test_blocked_scoring_on_the_gpu_ranks_as_whole_rows(
     toy: PreparedDataset, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from seqrec.checkpoint import build_model
+    from seqrec.training.checkpoint import build_model
 
     torch.manual_seed(0)
     cfg = _config("sasrec")
@@ -84,7 +86,7 @@ def test_blocked_scoring_on_the_gpu_ranks_as_whole_rows(
 def test_an_ensemble_of_runs_on_the_gpu_chooses_and_scores_as_on_the_cpu(
     toy: PreparedDataset, tmp_path: Path
 ) -> None:
-    from seqrec.ensemble import evaluate_runs
+    from seqrec.experiments.ensemble import evaluate_runs
 
     dirs = []
     for model in ("sasrec", "bert4rec"):

@@ -25,7 +25,7 @@ from seqrec.config import (
 )
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import ConfigError
-from seqrec.rundir import RunDir
+from seqrec.training.rundir import RunDir
 
 pd = pytest.importorskip("pandas")  # the dev extra installs it; seqrec itself does not need it
 
@@ -73,7 +73,7 @@ def test_two_fits_with_one_seed_give_the_same_model_and_stop_on_patience() -> No
 
 
 def test_the_plateau_schedule_halves_the_rate_and_a_refit_replays_it() -> None:
-    from seqrec.train import _LoopState
+    from seqrec.training.fit import _LoopState
 
     t = load_config(RunConfig, "sasrec-ce").train
     assert (t.decay, t.plateau_patience, t.plateau_factor, t.time_budget) == (
@@ -192,7 +192,7 @@ def test_a_run_of_less_than_one_pass_says_so(capsys: pytest.CaptureFixture[str])
 
 
 def test_the_same_top10_for_everyone_is_said(capsys: pytest.CaptureFixture[str]) -> None:
-    from seqrec.run_checks import _same_top10
+    from seqrec.training.run_checks import _same_top10
 
     model = _tiny(max_epochs=1).fit(_log(), **COLS, progress=False)
     ds = model.dataset_

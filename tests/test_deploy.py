@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from seqrec.cli import build_parser
-from seqrec.recommender import Recommender
+from seqrec.serving.recommender import Recommender
 
 SERVING_FILES = ("config.json", "vocab.json", "model.pt", "metrics.json", "sha256.json")
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""Data-parallel training (seqrec.distributed) on CPUs: gloo, 127.0.0.1 only. Two ranks each
+"""Data-parallel training (seqrec.training.distributed) on CPUs: gloo, 127.0.0.1 only. Two ranks each
 training on half of every batch end where one process training on the whole batches ends;
 only rank 0 writes; a distributed run killed and resumed ends where an uninterrupted one does.
 """
@@ -21,7 +21,7 @@ import torch
 
 from seqrec.data.batches import Batch
 from seqrec.data.synthetic import synthetic_interactions
-from seqrec.distributed import Ranks, shard
+from seqrec.training.distributed import Ranks, shard
 
 SETS = [
     "sasrec.max_len=12",
@@ -217,10 +217,10 @@ def test_a_killed_distributed_run_resumes_to_the_uninterrupted_one(
 SHARED_VALIDATION = """
 import json, sys
 import torch, torch.distributed as dist
-from seqrec import train as tr
-from seqrec.checkpoint import load_run
+from seqrec.training import fit as tr
+from seqrec.training.checkpoint import load_run
 from seqrec.data.prepared import load_prepared
-from seqrec.distributed import ranks
+from seqrec.training.distributed import ranks
 
 r = ranks()
 dist.init_process_group("gloo")
@@ -249,9 +249,9 @@ def test_validation_is_shared_by_user_between_the_ranks(
 ) -> None:
     # each rank ranks every other validation user, and the gathered ranks give every rank the
     # metric one process computes over all the users
-    from seqrec import train as tr
-    from seqrec.checkpoint import load_run
     from seqrec.data.prepared import load_prepared
+    from seqrec.training import fit as tr
+    from seqrec.training.checkpoint import load_run
 
     run = load_run(runs["one"])
     ds = load_prepared(run.source["prepared"])

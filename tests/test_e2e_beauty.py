@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from seqrec.data.prepared import prepare
-from seqrec.evaluate import item_popularity
+from seqrec.evaluation.protocols import item_popularity
+from seqrec.evaluation.reference import PAPER_ROWS_BEAUTY
 from seqrec.models.baselines import Popularity
-from seqrec.reference import PAPER_ROWS_BEAUTY
 
 pytestmark = pytest.mark.e2e
 

@@ -12,9 +12,9 @@ import pytest
 from seqrec.data.io import read_movielens_dat, read_user_item_txt
 from seqrec.data.prepared import prepare
 from seqrec.data.preprocess import preprocess
+from seqrec.evaluation.reference import PAPER_ROWS
 from seqrec.models.baselines import Popularity
-from seqrec.recommender import item_metadata
-from seqrec.reference import PAPER_ROWS
+from seqrec.serving.recommender import item_metadata
 
 pytestmark = pytest.mark.e2e
 

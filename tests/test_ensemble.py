@@ -1,4 +1,4 @@
-"""seqrec.ensemble: the weighted sum of the members' log-softmax scores, checked by hand; each
+"""seqrec.experiments.ensemble: the weighted sum of the members' log-softmax scores, checked by hand; each
 member reads its own history length; runs of other items are refused."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from seqrec.ensemble import Ensemble
+from seqrec.experiments.ensemble import Ensemble
 
 
 class Fixed:
@@ -83,8 +83,8 @@ def test_bad_weights_are_refused(weights: list[float], message: str) -> None:
 def test_runs_rank_together_and_runs_of_other_items_are_refused(
     tiny_runs: dict[str, Path], tmp_path: Path
 ) -> None:
-    from seqrec.checkpoint import load_run
     from seqrec.data.prepared import load_prepared
+    from seqrec.training.checkpoint import load_run
 
     run_a, run_b = load_run(tiny_runs["sasrec"]), load_run(tiny_runs["gru4rec"])
     ds = load_prepared(run_a.source["prepared"])
@@ -104,7 +104,7 @@ def test_runs_rank_together_and_runs_of_other_items_are_refused(
     from seqrec.config import RunConfig, load_config
     from seqrec.data.prepared import prepare
     from seqrec.data.synthetic import synthetic_interactions
-    from seqrec.train import fit
+    from seqrec.training.fit import fit
 
     df = synthetic_interactions(n_users=40, n_items=30, min_len=6, max_len=12, seed=5)
     data = tmp_path / "other.csv"
@@ -122,7 +122,7 @@ def test_runs_rank_together_and_runs_of_other_items_are_refused(
 
 
 def test_the_weight_grid_covers_the_simplex() -> None:
-    from seqrec.ensemble import weight_grid
+    from seqrec.experiments.ensemble import weight_grid
 
     assert weight_grid(3, 0.5) == [
         (0, 0, 1),
@@ -166,9 +166,9 @@ class Counted:
 
 
 def test_weights_are_chosen_on_validation_as_the_ensemble_ranks(tiny_runs: dict[str, Path]) -> None:
-    from seqrec.checkpoint import load_run
     from seqrec.data.prepared import load_prepared
-    from seqrec.ensemble import choose_weights
+    from seqrec.experiments.ensemble import choose_weights
+    from seqrec.training.checkpoint import load_run
 
     a, b = load_run(tiny_runs["sasrec"]).model, load_run(tiny_runs["gru4rec"]).model
     ds = load_prepared(load_run(tiny_runs["sasrec"]).source["prepared"])
@@ -212,8 +212,8 @@ def test_evaluate_ranks_by_an_ensemble_of_runs(
     assert json.loads(capsys.readouterr().out)["full"] == pytest.approx(alone["full"])
     assert main([*both, "--weights", "0.5,0.5"]) == 0
     half = json.loads(capsys.readouterr().out)["full"]
-    from seqrec.checkpoint import load_run
     from seqrec.data.prepared import load_prepared
+    from seqrec.training.checkpoint import load_run
 
     ds = load_prepared(load_run(tiny_runs["sasrec"]).source["prepared"])
     ens = Ensemble.from_runs([tiny_runs["sasrec"], tiny_runs["gru4rec"]])

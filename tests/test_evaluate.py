@@ -8,17 +8,17 @@ import numpy as np
 import pytest
 import torch
 
-from seqrec.checkpoint import build_model
 from seqrec.config import default_config
 from seqrec.data.candidates import _gumbel_top_n, item_popularity, sample_negatives
 from seqrec.data.preprocess import Sequences, preprocess
 from seqrec.data.split import EvalSet, leave_one_out
 from seqrec.data.synthetic import synthetic_interactions
-from seqrec.evaluate import evaluate, full_ranks, pad_histories
+from seqrec.evaluation.protocols import evaluate, full_ranks, pad_histories
 from seqrec.models.baselines import Popularity
+from seqrec.training.checkpoint import build_model
 
-# the module (the package's `seqrec.evaluate` is the function)
-ev = importlib.import_module("seqrec.evaluate")
+# the module (the package's `seqrec.evaluation.protocols` is the function)
+ev = importlib.import_module("seqrec.evaluation.protocols")
 
 
 class TableScorer:

@@ -14,8 +14,8 @@ import pytest
 from seqrec.cli import main
 from seqrec.config import RunConfig, as_trained, load_config
 from seqrec.errors import ConfigError
-from seqrec.experiment import _value, load_spec, run_experiment, spec_names
-from seqrec.rundir import RunDir
+from seqrec.experiments.spec import _value, load_spec, run_experiment, spec_names
+from seqrec.training.rundir import RunDir
 
 BASE = """model = "sasrec"
 [sasrec]
@@ -79,7 +79,7 @@ def test_a_sweep_trains_each_point_once_and_writes_results_after_each(
 
 
 def test_a_rows_budget_cell_names_what_ended_its_training() -> None:
-    from seqrec.experiment import _budget
+    from seqrec.experiments.spec import _budget
 
     clock = {"train": {"time_budget": "20m", "max_epochs": 200, "max_steps": 0}}
     assert _budget(clock, {"stopped": "time_budget"}) == "20m"
@@ -272,7 +272,7 @@ def test_reproduce_lists_a_papers_rows_with_its_numbers_beside(
     labels = [p.label for p in table2.points]
     assert labels == ["bpr-mf", "ncf", "fpmc", "gru4rec", "gru4rec+", "caser", "sasrec", "bert4rec"]
     assert [table2.config(p, 0).model for p in table2.points][:3] == ["bpr-mf", "ncf", "fpmc"]
-    # the paper's numbers come from seqrec.reference: BERT4Rec Table 2 (pop100)
+    # the paper's numbers come from seqrec.evaluation.reference: BERT4Rec Table 2 (pop100)
     assert table2.paper_value("bpr-mf", "test.pop100.ndcg@10") == 0.2365
     assert table2.paper_value("bert4rec", "test.pop100.hr@10") == 0.6970
     assert table2.paper_value("caser", "test.pop100.mrr") == 0.3648
@@ -400,9 +400,9 @@ def test_a_random_search_draws_its_points_from_the_space_with_its_seed(
 def test_an_ensemble_spec_adds_a_row_ranking_by_its_members_runs_together(
     tiny_runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from seqrec.checkpoint import load_run
     from seqrec.data.prepared import prepare
-    from seqrec.ensemble import Ensemble, weight_grid
+    from seqrec.experiments.ensemble import Ensemble, weight_grid
+    from seqrec.training.checkpoint import load_run
 
     body = (
         'ensemble = true\ncolumns = ["valid.full.ndcg@10"]\n'

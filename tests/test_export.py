@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from seqrec.checkpoint import load_run
 from seqrec.cli import main
 from seqrec.data.prepared import load_prepared
 from seqrec.errors import ConfigError
-from seqrec.evaluate import pad_histories
-from seqrec.export import export_run
+from seqrec.evaluation.protocols import pad_histories
+from seqrec.serving.export import export_run
+from seqrec.training.checkpoint import load_run
 
 
 def _histories(run_dir: Path) -> tuple[torch.Tensor, torch.Tensor]:

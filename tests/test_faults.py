@@ -22,10 +22,11 @@ from seqrec.data.synthetic import synthetic_interactions
 WORKER = r"""
 import sys, time
 from pathlib import Path
-from seqrec import provenance, rundir
+from seqrec import provenance
+from seqrec.training import rundir
 from seqrec.config import RunConfig, load_config
 from seqrec.data.prepared import load_prepared
-from seqrec.train import fit
+from seqrec.training.fit import fit
 
 real = provenance.atomic_write
 
@@ -123,10 +124,11 @@ def test_sigkill_at_random_moments_then_resume_gives_the_uninterrupted_run(tmp_p
 EACH_WRITE = r"""
 import os, signal, sys
 from pathlib import Path
-from seqrec import provenance, rundir
+from seqrec import provenance
+from seqrec.training import rundir
 from seqrec.config import RunConfig, load_config
 from seqrec.data.prepared import load_prepared
-from seqrec.train import fit
+from seqrec.training.fit import fit
 
 real, count = provenance.atomic_write, [0]
 prepared, out, resume = sys.argv[1], Path(sys.argv[2]), sys.argv[3] == "1"
@@ -207,8 +209,8 @@ def test_a_run_read_while_it_trains_loads_or_is_one_line(tmp_path: Path) -> None
     """`seqrec evaluate` / `recommend` on a run that is training: every look at it, at any moment
     of its writes, loads a consistent model or says in one line why not (no weights yet, a file
     being replaced) - never a traceback."""
-    from seqrec.checkpoint import load_run
     from seqrec.errors import SeqrecError
+    from seqrec.training.checkpoint import load_run
 
     df = synthetic_interactions(n_users=150, n_items=30, min_len=6, max_len=14, seed=5)
     prepared = prepare_frame(df, tmp_path / "prepared", name="toy").path

@@ -10,17 +10,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from seqrec.attention import attention_maps
-from seqrec.checkpoint import load_run
 from seqrec.config import RunConfig, default_config, load_config
 from seqrec.data.prepared import PreparedDataset, prepare_frame
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import ConfigError
-from seqrec.losses import bpr_loss, bpr_max_loss, top1_loss, top1_max_loss
+from seqrec.experiments.attention import attention_maps
 from seqrec.models.baselines import Popularity
 from seqrec.models.gru4rec import GRU4Rec, GRU4RecConfig
-from seqrec.registry import MODELS
-from seqrec.train import fit, loss_spec
+from seqrec.models.registry import MODELS
+from seqrec.training.checkpoint import load_run
+from seqrec.training.fit import fit, loss_spec
+from seqrec.training.losses import bpr_loss, bpr_max_loss, top1_loss, top1_max_loss
 
 
 def _sig(x: float) -> float:

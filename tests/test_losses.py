@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from seqrec import losses
-from seqrec.losses import (
+from seqrec.training import losses
+from seqrec.training.losses import (
     LossSpec,
     bce_loss,
     full_cross_entropy,

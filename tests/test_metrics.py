@@ -5,7 +5,14 @@ import math
 import numpy as np
 import pytest
 
-from seqrec.metrics import hit_rate, ndcg, paired_test, per_user, reciprocal_rank, summarize
+from seqrec.evaluation.metrics import (
+    hit_rate,
+    ndcg,
+    paired_test,
+    per_user,
+    reciprocal_rank,
+    summarize,
+)
 
 
 def test_hand_computed_values() -> None:

@@ -1,4 +1,4 @@
-"""The contract every registered model keeps (seqrec.registry.MODELS), checked on tiny data in
+"""The contract every registered model keeps (seqrec.models.registry.MODELS), checked on tiny data in
 seconds a model: a new model gets all of it by its registry line. Build and score shapes, the
 padding column, left-padding invariance, a few epochs lowering the loss, save -> load equality,
 an interrupted run resumed to the uninterrupted one's weights, train.init_from, refit,
@@ -13,16 +13,16 @@ from typing import Any
 import pytest
 import torch
 
-from seqrec.checkpoint import build_model, load_run
 from seqrec.config import RunConfig, load_config, refit_config
 from seqrec.data.prepared import PreparedDataset, prepare_frame
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import ConfigError
-from seqrec.export import export_run
-from seqrec.recommender import Recommender
-from seqrec.registry import MODELS
-from seqrec.rundir import RunDir
-from seqrec.train import fit
+from seqrec.models.registry import MODELS
+from seqrec.serving.export import export_run
+from seqrec.serving.recommender import Recommender
+from seqrec.training.checkpoint import build_model, load_run
+from seqrec.training.fit import fit
+from seqrec.training.rundir import RunDir
 
 # Sizes that keep each model tiny; a model not named here is tried with its defaults.
 SIZES: dict[str, list[str]] = {
@@ -92,7 +92,7 @@ VARIANTS: dict[str, list[list[str]]] = {
 
 @pytest.mark.parametrize("model", list(MODELS))
 def test_the_parameter_formula_counts_what_the_model_builds(model: str) -> None:
-    """seqrec.sizes weighs a config by its entry's formula before anything is built: the
+    """seqrec.training.sizes weighs a config by its entry's formula before anything is built: the
     formula must count every parameter and buffer the built model holds."""
     for sets in [[], *VARIANTS.get(model, [])]:
         cfg = _config(model, *sets)

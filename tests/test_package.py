@@ -38,7 +38,7 @@ def test_the_wheel_installs_and_its_cli_runs(tmp_path: Path) -> None:
         "seqrec/cli/__init__.py",
         "seqrec/configs/ml-1m-bert4rec.toml",
         "seqrec/experiments/table4-ml1m.toml",
-        "seqrec/http_guard.py",
+        "seqrec/serving/guard.py",
     ):
         assert needed in names, needed
     assert any(n.endswith("LICENSE") for n in names)

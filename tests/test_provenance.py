@@ -17,7 +17,7 @@ from seqrec.data.prepared import PreparedDataset, prepare_frame
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import ConfigError
 from seqrec.provenance import ISA_FLAGS, machine
-from seqrec.rundir import RunDir, load_tensors
+from seqrec.training.rundir import RunDir, load_tensors
 
 
 def _cfg(**train: object) -> RunConfig:
@@ -45,7 +45,7 @@ def test_config_diff_names_every_differing_key() -> None:
 def test_a_short_budget_run_records_what_it_trained_and_is_reused_for_its_config(
     toy: PreparedDataset, tmp_path: Path
 ) -> None:
-    from seqrec.train import train_or_reuse
+    from seqrec.training.fit import train_or_reuse
 
     short = [{"minutes": 5, "set": ["bert4rec.max_len=8", "bert4rec.d_model=8"]}]
 

@@ -14,9 +14,9 @@ import torch
 
 from seqrec.cli import main
 from seqrec.data.prepared import load_prepared
-from seqrec.evaluate import pad_histories
+from seqrec.evaluation.protocols import pad_histories
 from seqrec.models.base import BlockScores
-from seqrec.recommender import Recommender, UnknownItemsError
+from seqrec.serving.recommender import Recommender, UnknownItemsError
 
 MODELS = ["sasrec", "bert4rec"]
 
@@ -164,7 +164,7 @@ def test_titles_of_a_renumbered_user_item_file_join_through_its_map_or_are_refus
     """A `user item` file numbers items itself: a movies.dat given for it is joined through
     the id map beside it (file item 1 = movie 50 here), and refused without one."""
     from seqrec.errors import ConfigError
-    from seqrec.recommender import item_metadata
+    from seqrec.serving.recommender import item_metadata
 
     data = tmp_path / "paper" / "toy.txt"
     data.parent.mkdir()

@@ -1,6 +1,6 @@
 """benchmarks/results/: every kept results file traces to a clean commit (or its diff) and its
 seeds and is cited by a document; INDEX.md is what benchmarks/results_index.py generates; the
-experiment runner and the scripts write one schema (seqrec.results)."""
+experiment runner and the scripts write one schema (seqrec.experiments.results)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from types import ModuleType
 
 import pytest
 
-from seqrec.results import META_KEYS, write_results
+from seqrec.experiments.results import META_KEYS, write_results
 
 
 def test_the_results_folder_is_traceable_and_its_index_is_current(
@@ -99,7 +99,7 @@ def test_the_recorded_command_runs_again_as_it_was_given(
 
 
 def test_an_experiment_writes_the_same_schema(tiny_runs: dict[str, Path], tmp_path: Path) -> None:
-    from seqrec.experiment import load_spec, run_experiment
+    from seqrec.experiments.spec import load_spec, run_experiment
 
     base = tmp_path / "base.toml"
     base.write_text(

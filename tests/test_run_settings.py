@@ -14,8 +14,8 @@ from seqrec.cli import main
 from seqrec.config import DataConfig, RunConfig, load_config
 from seqrec.data.prepared import prepare
 from seqrec.data.synthetic import synthetic_interactions
-from seqrec.rundir import RunDir
-from seqrec.train import fit
+from seqrec.training.fit import fit
+from seqrec.training.rundir import RunDir
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +130,7 @@ def test_seqrec_serve_on_the_run_answers_for_a_known_user_of_that_file(
     import urllib.request
 
     pytest.importorskip("uvicorn")
-    from seqrec.recommender import Recommender
+    from seqrec.serving.recommender import Recommender
 
     log, _, run = own_run
     user = str(pl.read_parquet(log)["uid"][0])

@@ -9,17 +9,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from seqrec.checkpoint import load_run
 from seqrec.config import default_config, load_config
 from seqrec.data.batches import NextItemConfig, NextItemSampler
 from seqrec.data.prepared import PreparedDataset, prepare_frame
 from seqrec.data.preprocess import Sequences
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import ConfigError
-from seqrec.losses import LossSpec, model_loss
 from seqrec.models.baselines import Popularity
 from seqrec.models.sasrec import SASRec, SASRecConfig
-from seqrec.train import fit
+from seqrec.training.checkpoint import load_run
+from seqrec.training.fit import fit
+from seqrec.training.losses import LossSpec, model_loss
 
 CFG = SASRecConfig(max_len=10, d_model=16, n_layers=2, n_heads=2, dropout=0.0, attn_dropout=0.0)
 BLOCKS = ["original", "paper"]

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from seqrec.recommender import Recommender
+from seqrec.serving.recommender import Recommender
 
 uvicorn = pytest.importorskip("uvicorn")  # the `serve` extra (installed by the dev extra)
-from seqrec.serve import create_app  # noqa: E402
+from seqrec.serving.service import create_app  # noqa: E402
 
 
 def _free_port() -> int:
@@ -191,7 +191,7 @@ TOKEN = "s3cret-token"
 def guarded(tiny_runs: dict[str, Path]) -> Iterator[tuple[str, Recommender]]:
     """A server with every protection on and small limits; `["slow"]` sleeps 3 s, `["boom"]`
     raises inside the model call."""
-    from seqrec.serve import ServeOptions
+    from seqrec.serving.service import ServeOptions
 
     rec = Recommender.from_run(tiny_runs["sasrec"])
     real = rec.recommend_encoded
@@ -350,8 +350,8 @@ def test_fuzzed_json_gets_only_2xx_or_4xx(guarded: tuple[str, Recommender]) -> N
 SIGTERM_SERVER = r"""
 import sys, time
 import uvicorn
-from seqrec.recommender import Recommender
-from seqrec.serve import create_app
+from seqrec.serving.recommender import Recommender
+from seqrec.serving.service import create_app
 
 rec = Recommender.from_run(sys.argv[1])
 real = rec.recommend_encoded
@@ -499,7 +499,7 @@ def test_both_http_paths_answer_every_request_alike(server: tuple[str, Recommend
 def test_exclusions_per_request_and_for_every_request(tiny_runs: dict[str, Path]) -> None:
     """`exclude` per request (single and batch) beside the allow-list, `exclude_items` for
     every request (items out of stock); an empty history's answer is marked as popularity."""
-    from seqrec.serve import ServeOptions
+    from seqrec.serving.service import ServeOptions
 
     rec = Recommender.from_run(tiny_runs["sasrec"])
     history = rec.item_ids[:4]

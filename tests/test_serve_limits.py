@@ -1,5 +1,5 @@
 """A service no client can tie up: `seqrec serve` started for real (its guarded connection layer,
-seqrec.http_guard) against idle, half-sent, chunked and hostile clients on 127.0.0.1, each case
+seqrec.serving.guard) against idle, half-sent, chunked and hostile clients on 127.0.0.1, each case
 bounded in count and time."""
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def _closed(s: socket.socket, wait: float) -> bool:
         return False
 
 
-# the guard over both of uvicorn's HTTP parsers (seqrec.http_guard.guarded_protocol)
+# the guard over both of uvicorn's HTTP parsers (seqrec.serving.guard.guarded_protocol)
 PARSERS = ["httptools", "h11"] if importlib.util.find_spec("httptools") else ["h11"]
 
 
@@ -185,7 +185,7 @@ def test_a_server_reachable_from_other_machines_needs_a_token(
         assert main(["serve", str(tiny_runs["sasrec"]), "--host", host]) == 2
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and "--api-key-env" in err and "--insecure" in err, err
-    from seqrec.serve import ServeOptions, check_host
+    from seqrec.serving.service import ServeOptions, check_host
 
     for host in ("127.0.0.1", "localhost", "::1", "127.8.9.10"):
         check_host(host, ServeOptions(), insecure=False)  # the loopback needs none
@@ -200,8 +200,8 @@ def test_a_timed_out_request_stops_computing(tiny_runs: dict[str, Path]) -> None
 
     import uvicorn
 
-    from seqrec.recommender import Recommender
-    from seqrec.serve import ServeOptions, create_app, server_config
+    from seqrec.serving.recommender import Recommender
+    from seqrec.serving.service import ServeOptions, create_app, server_config
 
     rec = Recommender.from_run(tiny_runs["sasrec"])
     real, calls = rec._scores, []

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-from seqrec.checkpoint import load_run
 from seqrec.config import RunConfig, default_config, load_config
 from seqrec.data.batches import NextItemConfig, NextItemSampler
 from seqrec.data.prepared import PreparedDataset, prepare_frame
@@ -25,8 +24,9 @@ from seqrec.models.caser import Caser, CaserConfig
 from seqrec.models.fpmc import FPMC, FPMCConfig
 from seqrec.models.ncf import NCF, NCFConfig
 from seqrec.models.transrec import TransRec, TransRecConfig
-from seqrec.recommender import Recommender
-from seqrec.train import fit
+from seqrec.serving.recommender import Recommender
+from seqrec.training.checkpoint import load_run
+from seqrec.training.fit import fit
 
 
 def test_bpr_mf_scores_user_dot_item_plus_bias_and_unknown_users_by_the_bias() -> None:
@@ -274,7 +274,7 @@ def test_user_models_refuse_packed_rows_and_have_their_own_sections(
 
 
 def test_popularity_negatives_are_a_next_item_option(toy: PreparedDataset, tmp_path: Path) -> None:
-    from seqrec.registry import entry
+    from seqrec.models.registry import entry
 
     counts = np.bincount(toy.split.train.items, minlength=toy.n_items + 1)[1:]
 

@@ -1,6 +1,5 @@
 """seqrec: sequential recommendation (BERT4Rec, SASRec) reproduced honestly, fast on a CPU."""
 
-from seqrec.checkpoint import Run, load_run
 from seqrec.config import (
     DataConfig,
     EvalConfig,
@@ -15,15 +14,16 @@ from seqrec.data.preprocess import Sequences, dataset_stats, preprocess
 from seqrec.data.split import LeaveOneOut, leave_one_out
 from seqrec.errors import ConfigError, DataError, DownloadError, SeqrecError
 from seqrec.estimator import BERT4Rec, Model, SASRec, load
-from seqrec.evaluate import PROTOCOLS, EvalReport, Scorer, compare_reports, evaluate
-from seqrec.metrics import paired_test, summarize
+from seqrec.evaluation.metrics import paired_test, summarize
+from seqrec.evaluation.protocols import PROTOCOLS, EvalReport, Scorer, compare_reports, evaluate
 from seqrec.models.base import ModelEntry, SequenceModel
 from seqrec.models.baselines import Popularity
 from seqrec.models.bert4rec import BERT4RecConfig
 from seqrec.models.gru4rec import GRU4Rec, GRU4RecConfig
 from seqrec.models.sasrec import SASRecConfig
-from seqrec.recommender import Recommender, UnknownItemsError
-from seqrec.train import FitResult, fit
+from seqrec.serving.recommender import Recommender, UnknownItemsError
+from seqrec.training.checkpoint import Run, load_run
+from seqrec.training.fit import FitResult, fit
 from seqrec.tuning import SearchResult, search
 
 __version__ = "0.1.0"

@@ -93,7 +93,7 @@ class TrainConfig:
     decay_start: float = 0.0
     batch_size: int = 256
     clip_norm: float = 5.0  # gradient clipping by global L2 norm; 0 = none
-    # The loss (seqrec.losses): "ce" full softmax (BERT4Rec Eq. 8), "bce" with n_negatives per
+    # The loss (seqrec.training.losses): "ce" full softmax (BERT4Rec Eq. 8), "bce" with n_negatives per
     # target (SASRec §III-E: 1), "sampled_softmax", "gbce" (gSASRec), "bpr" / "top1" (GRU4Rec),
     # "bpr_max" / "top1_max" (GRU4Rec+).
     loss: Literal["ce", "bce", "sampled_softmax", "gbce", "bpr", "top1", "bpr_max", "top1_max"] = (
@@ -174,7 +174,7 @@ class ShortBudget:
     is short, so one config gives the best model at 5 minutes and at 60 (what learns fastest is
     not what ends best, docs/results/bert4rec.md). Short means either under `minutes` of budget, or,
     with `epochs`, a budget that buys fewer than `epochs` epochs of the config on the machine at
-    hand: timed when the run starts (`epochs_bought` in seqrec.train), so a slow machine and a
+    hand: timed when the run starts (`epochs_bought` in seqrec.training.fit), so a slow machine and a
     fast one each get the settings their budget can use. Every tier that is due applies, in
     order. A key given explicitly with the config (`seqrec train --set`, a sweep's overrides)
     wins over a tier's setting. A run's recorded config is the resolved one: the settings
@@ -250,7 +250,7 @@ _ADAPTED_BY = {
 class RunConfig:
     """A run's whole config: data, evaluation, the model's name, the training recipe, and the
     chosen model's own sections (its architecture and training task, e.g. [bert4rec] and
-    [cloze]) as the registry names them (seqrec.registry). A section is read as an attribute
+    [cloze]) as the registry names them (seqrec.models.registry). A section is read as an attribute
     (`cfg.bert4rec`); another model's section is not there (an AttributeError that says whose
     it is), and in a config file it is an error."""
 
@@ -267,7 +267,9 @@ class RunConfig:
     sections: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
-        from seqrec import registry  # the registry imports the models, which import this module
+        from seqrec.models import (
+            registry,  # the registry imports the models, which import this module
+        )
 
         entry = registry.entry(self.model)
         given = dict(self.sections)
@@ -289,7 +291,7 @@ class RunConfig:
             for key, value in object.__getattribute__(self, "sections"):
                 if key == name:
                     return value
-            from seqrec import registry
+            from seqrec.models import registry
 
             owner = registry.section_owner(name)
             if owner is not None:
@@ -325,7 +327,7 @@ class RunConfig:
 
 
 def _foreign(section: str, model: str, where: str) -> str:
-    from seqrec import registry
+    from seqrec.models import registry
 
     owner = registry.section_owner(section)
     if owner is None:
@@ -339,7 +341,7 @@ def _foreign(section: str, model: str, where: str) -> str:
 def _run_config_from_dict(data: dict[str, Any], where: str, foreign: str) -> RunConfig:
     """RunConfig from its TOML layout; another model's section is an error (`foreign` "error")
     or left out ("drop": run directories written before a config held one model's sections)."""
-    from seqrec import registry
+    from seqrec.models import registry
 
     model = _coerce(data.get("model", "bert4rec"), str, f"{where}.model")
     try:
@@ -363,7 +365,7 @@ def _run_config_from_dict(data: dict[str, Any], where: str, foreign: str) -> Run
 
 def default_config(model: str = "bert4rec") -> RunConfig:
     """The defaults for `model`: the dataclass defaults with that model's training recipe."""
-    from seqrec import registry
+    from seqrec.models import registry
 
     entry = registry.entry(model)
     train = dataclasses.replace(TrainConfig(), **entry.train_defaults)
@@ -854,8 +856,8 @@ def refit_config(
 # for no bound. Checked by `validate` before a run writes anything and when a run directory's
 # config is read back, so that an edited run config is one line, not a crash or an allocation.
 # Sizes have upper bounds too, so that no number builds for minutes or asks for memory before
-# seqrec.sizes can weigh the whole config: widths up to 65,536, layers up to 256, histories up to
-# 65,536 items; the memory a config asks for is bounded by seqrec.sizes.
+# seqrec.training.sizes can weigh the whole config: widths up to 65,536, layers up to 256, histories up to
+# 65,536 items; the memory a config asks for is bounded by seqrec.training.sizes.
 _MAX_WIDTH = 65536
 _RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = {
     "d_model": (1, _MAX_WIDTH, False, False),

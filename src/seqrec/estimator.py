@@ -45,11 +45,11 @@ from seqrec.config import (
 from seqrec.data.frames import FRAME_KINDS, as_kind, frame_kind
 from seqrec.data.prepared import PreparedDataset, prepare
 from seqrec.errors import ConfigError, SeqrecError
-from seqrec.outputs import check_out_dir, check_out_file
-from seqrec.recommender import MODEL, POPULARITY, Recommender
-from seqrec.registry import entry
-from seqrec.rundir import RunDir
-from seqrec.validation import validate as validate_training
+from seqrec.models.registry import entry
+from seqrec.serving.recommender import MODEL, POPULARITY, Recommender
+from seqrec.training.outputs import check_out_dir, check_out_file
+from seqrec.training.rundir import RunDir
+from seqrec.training.validation import validate as validate_training
 
 __all__ = ["BERT4Rec", "Model", "SASRec", "load"]
 
@@ -206,7 +206,7 @@ class Model:
         progress: bool,
         source: dict[str, Any] | None,
     ) -> None:
-        from seqrec.train import fit
+        from seqrec.training.fit import fit
 
         if out is None:  # a temporary run directory, kept while this object lives
             tmp = tempfile.TemporaryDirectory(prefix="seqrec-run-")
@@ -284,10 +284,10 @@ class Model:
         replace: bool = False,
     ) -> Path:
         """`recommend` for every user of the training data, written to `path` (.parquet or
-        .csv) in bounded memory rather than returned (`seqrec.all_users`): for a million
+        .csv) in bounded memory rather than returned (`seqrec.serving.all_users`): for a million
         users. An existing file is refused unless `replace` (then replaced atomically).
         Returns the path."""
-        from seqrec.all_users import write_all_users
+        from seqrec.serving.all_users import write_all_users
 
         try:
             check_out_file(Path(path), replace=replace, inputs=[self.run_dir_])
@@ -383,7 +383,7 @@ class Model:
         `<metric>_mean` and `<metric>_std` over the draws beside it. A model refitted on every
         item has trained on the test items: nothing is left to measure it on (the validated
         run's metrics are `validated_metrics_`)."""
-        from seqrec.evaluate import parse_protocols
+        from seqrec.evaluation.protocols import parse_protocols
 
         if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
             raise ConfigError(f"evaluate: draws: expected an integer >= 1, got {draws!r}")
@@ -488,7 +488,7 @@ def _toml(value: Any) -> str:
 def load(path: str | Path, *, device: str = "auto", trust: bool = False) -> Model:
     """A fitted Model from a run directory (`Model.save`, or any `seqrec train` run), scoring
     on `device` (auto: a GPU when there is one, as training does)."""
-    from seqrec.train import resolve_device
+    from seqrec.training.fit import resolve_device
 
     device = str(resolve_device(device))
     run = RunDir(path, trust=trust)

@@ -14,8 +14,8 @@ The bounds (bytes; each `SEQREC_MAX_<KIND>_BYTES` in the environment replaces it
     items       1 GiB     an items file read for titles
     prepared    16 GiB    a prepared dataset's sequences.parquet and negatives.npz
 
-Weight files have no fixed bound: `seqrec.rundir` gives the one the run's config implies
-(`seqrec.sizes`).
+Weight files have no fixed bound: `seqrec.training.rundir` gives the one the run's config implies
+(`seqrec.training.sizes`).
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ from seqrec.config import (
 from seqrec.data import download
 from seqrec.data.prepared import PreparedDataset, prepare
 from seqrec.errors import ConfigError
-from seqrec.reference import is_papers_ml1m
-from seqrec.rundir import RunDir
+from seqrec.evaluation.reference import is_papers_ml1m
+from seqrec.training.rundir import RunDir
 
 DATA_DIR_ENV = "SEQREC_DATA_DIR"  # a folder laid out like shared/data (benchmarks, main job)
 
@@ -161,7 +161,7 @@ def _source_data(run_dir: Path) -> str:
 def _say_short_budget(cfg: RunConfig) -> None:
     """One line when the config's tiers change, or may change, this run's settings (its device's
     tiers; an epochs tier is decided by timing the machine as the run starts)."""
-    from seqrec.train import resolve_device
+    from seqrec.training.fit import resolve_device
 
     kind = resolve_device(cfg.train.device).type
     on_device = [tier for tier in device_tiers(cfg) if tier.device == kind]

@@ -13,7 +13,7 @@ from seqrec.cli.common import (
     _run_config,
 )
 from seqrec.data import download
-from seqrec.report import stats_table
+from seqrec.evaluation.report import stats_table
 
 
 def cmd_download(args: argparse.Namespace) -> int:

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from seqrec.checkpoint import Run, load_run
 from seqrec.cli.common import (
     _add_data_flags,
     _add_kcore_flags,
@@ -20,7 +19,8 @@ from seqrec.cli.common import (
 )
 from seqrec.data.prepared import PreparedDataset, draw_seeds, load_prepared, prepare
 from seqrec.errors import ConfigError, SeqrecError
-from seqrec.evaluate import (
+from seqrec.evaluation.metrics import metric_names, paired_test
+from seqrec.evaluation.protocols import (
     SAMPLED_PROTOCOLS,
     EvalReport,
     Scorer,
@@ -29,11 +29,11 @@ from seqrec.evaluate import (
     parse_protocols,
     save_ranks,
 )
-from seqrec.metrics import metric_names, paired_test
+from seqrec.evaluation.report import metrics_table, run_label
 from seqrec.models.baselines import Popularity
-from seqrec.outputs import check_out_file
-from seqrec.report import metrics_table, run_label
-from seqrec.train import resolve_device
+from seqrec.training.checkpoint import Run, load_run
+from seqrec.training.fit import resolve_device
+from seqrec.training.outputs import check_out_file
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -124,7 +124,7 @@ def _ensemble(
 ) -> tuple[Scorer, str]:
     """The run and the runs of --with as one `Ensemble`, its weights --weights or chosen on
     the validation split (printed)."""
-    from seqrec.ensemble import Ensemble, check_same_items, choose_run_weights
+    from seqrec.experiments.ensemble import Ensemble, check_same_items, choose_run_weights
 
     members = [run, *(load_run(p, device=device, trust=args.trust) for p in args.with_runs)]
     check_same_items(members)
@@ -258,7 +258,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     """Validation curves of one or more runs in one PNG."""
-    from seqrec.plots import plot_curves
+    from seqrec.experiments.plots import plot_curves
 
     out = Path(args.out) if args.out else Path(args.runs[0]) / "curves.png"
     check_out_file(out, replace=args.force)
@@ -269,7 +269,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     """One self-contained HTML page of runs: curves, metrics, paired tests, recipe, provenance,
     attention, top-10s."""
-    from seqrec.run_report import write_report
+    from seqrec.experiments.run_report import write_report
 
     out = Path(args.out)
     check_out_file(out, replace=args.force, inputs=args.runs)
@@ -289,8 +289,8 @@ def cmd_attention(args: argparse.Namespace) -> int:
     import numpy as np
     import torch
 
-    from seqrec.attention import attention_maps, plot_attention
-    from seqrec.evaluate import pad_histories
+    from seqrec.evaluation.protocols import pad_histories
+    from seqrec.experiments.attention import attention_maps, plot_attention
     from seqrec.provenance import atomic_write, write_json
 
     out = Path(args.figure) if args.figure else Path(args.run) / "attention.png"

@@ -14,9 +14,9 @@ REPRODUCIBLE = ("bert4rec-table2", "sasrec-table3")  # `seqrec reproduce` names:
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
-    """A declarative sweep (seqrec.experiment): each point a run dir, results after each.
+    """A declarative sweep (seqrec.experiments.spec): each point a run dir, results after each.
     `reproduce` is the same with a paper's table as the spec (and an optional budget per row)."""
-    from seqrec.experiment import load_spec, run_experiment
+    from seqrec.experiments.spec import load_spec, run_experiment
 
     spec = load_spec(args.spec)
     if getattr(args, "time_budget", None):

@@ -23,9 +23,9 @@ from seqrec.data import download
 from seqrec.data.prepared import prepare, prepare_frame
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import DownloadError
+from seqrec.evaluation.report import metrics_table, stats_table
 from seqrec.models.baselines import Popularity
-from seqrec.report import metrics_table, stats_table
-from seqrec.train import fit
+from seqrec.training.fit import fit
 
 
 def _find_ml1m() -> tuple[str | None, str]:

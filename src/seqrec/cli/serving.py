@@ -18,10 +18,10 @@ from seqrec.cli.common import (
     _parse_id,
 )
 from seqrec.errors import ConfigError, SeqrecError
-from seqrec.export import FORMATS, export_run
-from seqrec.outputs import check_out_file
-from seqrec.recommender import Recommender, read_histories, write_recommendations
-from seqrec.train import resolve_device
+from seqrec.serving.export import FORMATS, export_run
+from seqrec.serving.recommender import Recommender, read_histories, write_recommendations
+from seqrec.training.fit import resolve_device
+from seqrec.training.outputs import check_out_file
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:
@@ -49,7 +49,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     if args.exclude:
         rec.exclude_items(_id_list(args.exclude))
     if args.all_users:
-        from seqrec.all_users import write_all_users
+        from seqrec.serving.all_users import write_all_users
 
         n = write_all_users(
             rec, args.output, args.k, exclude, candidates=candidates, progress=not args.quiet
@@ -96,7 +96,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from seqrec.serve import ServeOptions, serve
+    from seqrec.serving.service import ServeOptions, serve
 
     flags = ("max_connections", "max_requests_per_connection", "max_history", "max_batch")
     for flag in (*flags, "micro_batch", "max_queue"):

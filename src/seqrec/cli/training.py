@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from seqrec import registry
 from seqrec.cli.common import (
     _add_data_flags,
     _add_run_out_flags,
@@ -21,12 +20,13 @@ from seqrec.cli.common import (
 from seqrec.config import ANY_LOG_ADAPT, RunConfig, refit_config
 from seqrec.data.prepared import PreparedDataset, prepare
 from seqrec.data.split import TrainOn
-from seqrec.distributed import on_main, process_group, ranks
 from seqrec.errors import ConfigError
-from seqrec.report import metrics_table, run_label
-from seqrec.rundir import RunDir
-from seqrec.train import check_run_out, fit, resolve_device
-from seqrec.validation import validate
+from seqrec.evaluation.report import metrics_table, run_label
+from seqrec.models import registry
+from seqrec.training.distributed import on_main, process_group, ranks
+from seqrec.training.fit import check_run_out, fit, resolve_device
+from seqrec.training.rundir import RunDir
+from seqrec.training.validation import validate
 
 
 def cmd_train(args: argparse.Namespace) -> int:

@@ -62,6 +62,7 @@ from seqrec.data.split import (
     time_split_counts,
 )
 from seqrec.errors import ConfigError, DataError
+from seqrec.evaluation.metrics import DEFAULT_KS
 from seqrec.files import (
     bound,
     check_name,
@@ -70,12 +71,11 @@ from seqrec.files import (
     size_checked,
     write_failed,
 )
-from seqrec.metrics import DEFAULT_KS
-from seqrec.outputs import check_out_dir, dir_kind
 from seqrec.progress import Progress
+from seqrec.training.outputs import check_out_dir, dir_kind
 
 if TYPE_CHECKING:
-    from seqrec.evaluate import EvalReport, Scorer
+    from seqrec.evaluation.protocols import EvalReport, Scorer
 
 __all__ = [
     "FORMAT_VERSION",
@@ -211,11 +211,11 @@ class PreparedDataset:
         draws: int = 1,
     ) -> EvalReport:
         """Evaluate a scorer on one split against this dataset's stored candidates (a shortcut to
-        `seqrec.evaluate.evaluate`, imported here so that the data layer does not depend on it);
+        `seqrec.evaluation.protocols.evaluate`, imported here so that the data layer does not depend on it);
         `sample_users`, `seed`: see `eval_data`. `draws` > 1: the sampled protocols ranked
         against that many candidate draws as well (`candidate_draws`), the report's `draws` and
         `over_draws()` holding each draw's metrics and their mean and spread."""
-        from seqrec.evaluate import evaluate
+        from seqrec.evaluation.protocols import evaluate
 
         eval_set, negatives = self.eval_data(split, sample_users, seed)
         more = self.candidate_draws(split, draws, sample_users, seed)[1:] if draws > 1 else []
@@ -416,7 +416,7 @@ def _reuse(
     out: Path, key: dict[str, Any], cached: bool, force: bool, inputs: Sequence[Path | str]
 ) -> PreparedDataset | None:
     """The prepared dataset already in `out` for `key` (None: prepare it), after checking that
-    `out` may be written (seqrec.outputs): another key's is replaced only with `force`, or
+    `out` may be written (seqrec.training.outputs): another key's is replaced only with `force`, or
     when it is the cache's own folder."""
     if check_out_dir(out, "prepared", inputs=inputs) and not force:
         if _manifest_key(out) == key:
@@ -591,7 +591,7 @@ def prepare_frame(
     (users, items) defaults to the configured thresholds, 1 (no filter) where unset. A k-core
     that removes anything says so in one line on stderr, and the dataset's stats record it
     ("kcore"). `out` must be new, empty or (with `replace`) a prepared dataset
-    (seqrec.outputs)."""
+    (seqrec.training.outputs)."""
     out = Path(out)
     if check_out_dir(out, "prepared") and not replace:
         raise ConfigError(f"{out}: holds a prepared dataset; replace=True replaces it")

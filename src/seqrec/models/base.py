@@ -3,12 +3,12 @@
 `SequenceModel` is the interface train / evaluate / recommend / serve / export call: a module
 that maps left-padded item ids to hidden states, an output layer the loss reads (features and
 (weights, bias), so the loss gathers the target positions before the big matmul), and `score`,
-the `Scorer` interface of `seqrec.evaluate`.
+the `Scorer` interface of `seqrec.evaluation.protocols`.
 
 `ModelEntry` is everything seqrec needs to know to train a model by name: its config sections
 (TOML section name -> frozen dataclass), how to build it, its training batches and where its
 training recipe differs from `TrainConfig`'s defaults. A model file defines its module and one
-`ModelEntry`; `seqrec.registry` lists the entries. Adding a model is that file plus one line
+`ModelEntry`; `seqrec.models.registry` lists the entries. Adding a model is that file plus one line
 there (docs/design/architecture.md, "Adding a model").
 """
 
@@ -203,14 +203,14 @@ class ModelEntry:
     build: Callable[[int, int, RunConfig], SequenceModel]
     batches: Callable[[RunConfig, PreparedDataset], Sampler]  # its training task
     # (n_items, n_users, run config) -> how many parameters `build` makes, by a formula (nothing
-    # built): what seqrec.sizes bounds before a model is allocated; the contract test checks it
+    # built): what seqrec.training.sizes bounds before a model is allocated; the contract test checks it
     # against the built model
     parameters: Callable[[int, int, RunConfig], int]
     # where its recipe differs from TrainConfig's defaults (BERT4Rec §4.3)
     train_defaults: Mapping[str, Any] = field(default_factory=dict)
     # reads each row as one user's whole sequence (a GRU, a per-user term): no packed batches
     whole_rows: bool = False
-    # the model's own rules beyond seqrec.validation's (cfg, the dataset or None): a
+    # the model's own rules beyond seqrec.training.validation's (cfg, the dataset or None): a
     # ConfigError line, before anything is built or written
     validate: Callable[[RunConfig, PreparedDataset | None], None] | None = None
 

@@ -6,7 +6,7 @@ last positional slot whatever the batch width; a batch cropped to its longest ro
 exactly what the full N-wide batch would (padding is masked out of attention).
 
 The model is architecture only: no loss, no device logic. Which positions are masked is decided
-in `seqrec.data.batches`, the loss formula in `seqrec.losses`.
+in `seqrec.data.batches`, the loss formula in `seqrec.training.losses`.
 """
 
 from __future__ import annotations
@@ -268,7 +268,7 @@ def _cloze_batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
     )
 
 
-# the registry entry (seqrec.registry): the architecture and its Cloze task (§3.6); the training
+# the registry entry (seqrec.models.registry): the architecture and its Cloze task (§3.6); the training
 # recipe is TrainConfig's defaults (§4.3)
 def _parameters(n_items: int, n_users: int, cfg: RunConfig) -> int:
     """BERT4Rec's parameters by formula: embeddings, layers (attention, FFN, two LNs), head."""

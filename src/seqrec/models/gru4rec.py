@@ -7,7 +7,7 @@ enters its state and the output at position t depends on the items up to t only.
 
 The model is architecture only. Its training task is SASRec's shifted next-item task
 (`NextItemSampler`): every position of a user's sequence predicts the next item, with the
-losses of `seqrec.losses` (GRU4Rec: "bpr" / "top1" with sampled negatives; GRU4Rec+:
+losses of `seqrec.training.losses` (GRU4Rec: "bpr" / "top1" with sampled negatives; GRU4Rec+:
 "bpr_max" / "top1_max" with many). DEVIATION: the papers train on session-parallel mini-batches
 (one step of many sessions at a time, the hidden state carried between batches, negatives the
 other sessions' targets); here each batch holds whole sequences, back-propagated through, and the

@@ -10,7 +10,7 @@ Where the original TensorFlow code differs from the paper's text, the default fo
 "original code" beside its line.
 
 The model is architecture only: no loss, no device logic. Targets and negatives are decided in
-`seqrec.data.batches`, the loss formula in `seqrec.losses`.
+`seqrec.data.batches`, the loss formula in `seqrec.training.losses`.
 """
 
 from __future__ import annotations
@@ -250,7 +250,7 @@ def _next_item_batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
     return next_item_batches(cfg, ds, cfg.sasrec.max_len)
 
 
-# the registry entry (seqrec.registry): the architecture, its shifted next-item task (§III-E)
+# the registry entry (seqrec.models.registry): the architecture, its shifted next-item task (§III-E)
 # and its recipe where it differs from TrainConfig's (BERT4Rec's) defaults: §IV-C and the
 # original code: Adam, lr 1e-3, β2 0.98 (eps 1e-8, TensorFlow's), no weight decay, a constant
 # learning rate, no clipping, batch 128, BCE with 1 negative

@@ -1,5 +1,5 @@
 """The run directory: everything a training run leaves behind. `RunDir` is the one owner of its
-files: no other module opens one by name. (seqrec.checkpoint builds a model from one.)
+files: no other module opens one by name. (seqrec.training.checkpoint builds a model from one.)
 
     config.json     the resolved RunConfig (defaults -> file -> --set), plus the data it ran on
                     (`source`: the data, its prepared directory, what a refit started from)
@@ -74,7 +74,7 @@ PENDING = ".pending"  # in the manifest: the digests of files being put in place
 RUN_MARKER = CONFIG  # the file that makes a directory a run's
 # what commands on a run write into it as outputs: seqrec's own, replaced freely
 RUN_OUTPUTS = frozenset({"attention.png", "attention.json", "model.onnx", "model.ts", "curves.png"})
-# everything seqrec writes into a run directory (seqrec.outputs tells a run from a user's folder)
+# everything seqrec writes into a run directory (seqrec.training.outputs tells a run from a user's folder)
 RUN_FILES = frozenset(
     {CONFIG, VOCAB, CHECKPOINT, PREVIOUS, WEIGHTS, METRICS, LOG, LOG_CSV, CODE_DIFF, DIGESTS, LOCK}
     | {EVENTS}
@@ -347,9 +347,9 @@ class RunDir:
 
     def _weights_bound(self, name: str) -> int:
         """The most bytes weight file `name` can hold for this run's config: its parameters as
-        float32 (seqrec.sizes), four times over in a checkpoint (the weights, the best state,
+        float32 (seqrec.training.sizes), four times over in a checkpoint (the weights, the best state,
         the optimiser's two moments), with room for the rest of a checkpoint."""
-        from seqrec.sizes import memory
+        from seqrec.training.sizes import memory
 
         if self._parameter_bytes is None:  # config and vocab are written once, at the start
             vocab = self.vocab()

@@ -7,7 +7,7 @@ end, no early stop on validation targets it trains on), the negatives' rules
 model entry's own: a model that reads each row as one user's whole sequence (`whole_rows`) takes
 no packed batches, and an entry's `validate` adds what only it knows (NCF scores (user, item)
 pairs, so it trains with a sampled loss per position), and last the memory the training asks
-for (`seqrec.sizes`: parameters, optimiser state, a batch's activations). Every failure is one
+for (`seqrec.training.sizes`: parameters, optimiser state, a batch's activations). Every failure is one
 ConfigError line, so an invalid config leaves nothing on disk.
 """
 
@@ -20,10 +20,10 @@ from seqrec.config import RunConfig, parse_duration
 from seqrec.config import validate as validate_ranges
 from seqrec.data.negatives import NegativeSampler
 from seqrec.errors import ConfigError
-from seqrec.evaluate import parse_protocols
-from seqrec.metrics import metric_names
-from seqrec.registry import entry
-from seqrec.sizes import check_memory
+from seqrec.evaluation.metrics import metric_names
+from seqrec.evaluation.protocols import parse_protocols
+from seqrec.models.registry import entry
+from seqrec.training.sizes import check_memory
 
 if TYPE_CHECKING:
     from seqrec.data.prepared import PreparedDataset

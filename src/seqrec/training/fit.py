@@ -29,7 +29,6 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from seqrec import checkpoint as ckpt
 from seqrec.config import (
     RunConfig,
     TrainConfig,
@@ -43,7 +42,15 @@ from seqrec.data.batches import Batch
 from seqrec.data.negatives import NegativeSampler
 from seqrec.data.prepared import PreparedDataset
 from seqrec.data.split import Split
-from seqrec.distributed import (
+from seqrec.errors import ConfigError, DataError, TrainingError
+from seqrec.evaluation.metrics import summarize
+from seqrec.evaluation.protocols import PROTOCOLS, evaluate, parse_protocols
+from seqrec.models.base import BlockScores, Sampler, SequenceModel
+from seqrec.models.registry import entry
+from seqrec.progress import Progress
+from seqrec.provenance import cpu_flags, git_commit, git_diff, machine
+from seqrec.training import checkpoint as ckpt
+from seqrec.training.distributed import (
     Ranks,
     all_gather,
     all_mean,
@@ -55,18 +62,11 @@ from seqrec.distributed import (
     ranks,
     shard,
 )
-from seqrec.errors import ConfigError, DataError, TrainingError
-from seqrec.evaluate import PROTOCOLS, evaluate, parse_protocols
-from seqrec.losses import LossSpec, full_cross_entropy, model_loss
-from seqrec.metrics import summarize
-from seqrec.models.base import BlockScores, Sampler, SequenceModel
-from seqrec.outputs import check_out_dir
-from seqrec.progress import Progress
-from seqrec.provenance import cpu_flags, git_commit, git_diff, machine
-from seqrec.registry import entry
-from seqrec.run_checks import judge
-from seqrec.rundir import RunDir
-from seqrec.validation import validate
+from seqrec.training.losses import LossSpec, full_cross_entropy, model_loss
+from seqrec.training.outputs import check_out_dir
+from seqrec.training.run_checks import judge
+from seqrec.training.rundir import RunDir
+from seqrec.training.validation import validate
 
 __all__ = [
     "FitResult",
@@ -149,7 +149,7 @@ def train_step(
     0-dim tensor on `device`. Nothing here waits for the device: on a GPU the host goes on to
     the next batch while this one runs, and reading the loss (`float`) is what waits.
     `forward`: the model as it runs forward (DistributedDataParallel's wrapper of `model` in a
-    distributed run); `weight`: this rank's share of the batch (seqrec.distributed.shard)."""
+    distributed run); `weight`: this rank's share of the batch (seqrec.training.distributed.shard)."""
     index = batch.index().to(device, non_blocking=device.type == "cuda")
     batch = batch.to(device)
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=_resolved(t.bf16, "bf16")):
@@ -349,7 +349,7 @@ def fit(
     process left (RunDir.lock). A finished run keeps its last checkpoint only, both with
     `keep_checkpoints`.
 
-    Under torchrun (seqrec.distributed) every rank calls `fit`; rank 0 alone checks, locks and
+    Under torchrun (seqrec.training.distributed) every rank calls `fit`; rank 0 alone checks, locks and
     writes the run directory, and its error, if any, is every rank's."""
     run_dir = Path(out)
     if not resume:  # every value in range, the run to start from fitting, before any file
@@ -381,7 +381,7 @@ def fit(
 
 def check_run_out(out: Path, *, resume: bool, inputs: Sequence[str | Path] = ()) -> None:
     """A new run's directory must be new or empty and may not be or contain any of `inputs`
-    (seqrec.outputs); one line otherwise. A resumed run's is checked when it is opened."""
+    (seqrec.training.outputs); one line otherwise. A resumed run's is checked when it is opened."""
     if not resume and check_out_dir(out, "run", inputs=inputs):
         raise ConfigError(
             f"{out}: already holds files of a run; choose a new --out, or --resume an "
@@ -961,7 +961,7 @@ def _test(
                 split: len(report.users),
             }
     history = loop.history
-    # what the run learned, said where it is too little (seqrec.run_checks)
+    # what the run learned, said where it is too little (seqrec.training.run_checks)
     metrics.update(
         judge(cfg, ds, history, metrics, stopped, loop.step, training.scorer(device), device)
     )
@@ -1035,7 +1035,7 @@ class Training:
     device: torch.device
     precision: dict[str, Any]  # the decided bf16 / loss_bf16 and what was timed
     precision_s: float  # seconds spent deciding them
-    # a distributed run (seqrec.distributed): this process's ranks, and the model wrapped in
+    # a distributed run (seqrec.training.distributed): this process's ranks, and the model wrapped in
     # DistributedDataParallel (`distribute`)
     ranks: Ranks = field(default_factory=Ranks)
     forward: nn.Module | None = None

@@ -11,7 +11,7 @@ from typing import Any
 
 from seqrec.errors import ConfigError
 from seqrec.provenance import atomic_write
-from seqrec.rundir import RunDir
+from seqrec.training.rundir import RunDir
 
 __all__ = ["curves_png", "plot_curves", "pyplot"]
 

@@ -43,7 +43,7 @@ from seqrec.data.candidates import (
 from seqrec.data.preprocess import Sequences, left_pad
 from seqrec.data.split import EvalSet
 from seqrec.errors import DataError
-from seqrec.metrics import DEFAULT_KS, paired_test, summarize
+from seqrec.evaluation.metrics import DEFAULT_KS, paired_test, summarize
 from seqrec.models.base import BlockScores
 from seqrec.progress import Progress
 from seqrec.provenance import atomic_write

@@ -56,7 +56,7 @@ def max_model_bytes() -> int:
 def memory(cfg: RunConfig, n_items: int, n_users: int = 0) -> Memory:
     """What `cfg`'s model over `n_items` items (and `n_users` users, for the models with a
     per-user term) asks for (module docstring); a formula, nothing is built."""
-    from seqrec.registry import entry
+    from seqrec.models.registry import entry
 
     params = entry(cfg.model).parameters(n_items, n_users, cfg) * _FLOAT
     section = cfg.sections[0][1] if cfg.sections else None
@@ -74,9 +74,9 @@ def memory(cfg: RunConfig, n_items: int, n_users: int = 0) -> Memory:
 
 def _loss_floats(cfg: RunConfig, n_items: int, positions: int, width: int) -> int:
     """What the loss holds for one batch, values and gradients: the full CE's chunk of logits
-    (seqrec.losses computes it a chunk of rows at a time), or the sampled losses' gathered
+    (seqrec.training.losses computes it a chunk of rows at a time), or the sampled losses' gathered
     negative embeddings (per position, per sequence or shared by the batch) and their logits."""
-    from seqrec.losses import ce_chunk_rows
+    from seqrec.training.losses import ce_chunk_rows
 
     t = cfg.train
     k = t.n_negatives

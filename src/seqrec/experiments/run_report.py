@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from seqrec.errors import ConfigError, SeqrecError
+from seqrec.evaluation.reference import PAPER_ROWS, is_papers_ml1m
+from seqrec.evaluation.report import run_label
 from seqrec.provenance import atomic_write, describe_machine
-from seqrec.reference import PAPER_ROWS, is_papers_ml1m
-from seqrec.report import run_label
-from seqrec.rundir import RunDir
+from seqrec.training.rundir import RunDir
 
 __all__ = ["write_report"]
 
@@ -101,7 +101,7 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[Any]], classes: Sequence
 
 
 def _curves(runs: Sequence[str | Path], trust: bool) -> str:
-    from seqrec.plots import curves_png
+    from seqrec.experiments.plots import curves_png
 
     try:
         png = curves_png(runs, trust=trust)
@@ -148,9 +148,9 @@ def _num(x: Any) -> str:
 
 def _paired(names: Sequence[str], runs: Sequence[str | Path], trust: bool) -> str:
     """Each run against the first, user by user, on the test split of the first run's data."""
-    from seqrec.checkpoint import load_run
     from seqrec.data.prepared import load_prepared
-    from seqrec.evaluate import compare_reports
+    from seqrec.evaluation.protocols import compare_reports
+    from seqrec.training.checkpoint import load_run
 
     loaded = [load_run(r, trust=trust) for r in runs]
     prepared = loaded[0].source.get("prepared")
@@ -209,10 +209,10 @@ def _attention(path: str | Path, model: str, trust: bool) -> str:
     import numpy as np
     import torch
 
-    from seqrec.attention import attention_maps, plot_attention
-    from seqrec.checkpoint import load_run
     from seqrec.data.prepared import load_prepared
-    from seqrec.evaluate import pad_histories
+    from seqrec.evaluation.protocols import pad_histories
+    from seqrec.experiments.attention import attention_maps, plot_attention
+    from seqrec.training.checkpoint import load_run
 
     run = load_run(path, trust=trust)
     prepared = run.source.get("prepared")
@@ -234,7 +234,7 @@ def _attention(path: str | Path, model: str, trust: bool) -> str:
 
 
 def _top10(path: str | Path, users: int, trust: bool, items: str | Path | None) -> str:
-    from seqrec.recommender import Recommender
+    from seqrec.serving.recommender import Recommender
 
     rec = Recommender.from_run(path, trust=trust, metadata=items)
     if rec.dataset is None or users < 1:

@@ -27,7 +27,7 @@ A request running longer than `timeout` gets 504; an unexpected failure gets a 5
 says only that (never a stack trace). CORS is closed unless origins are named. SIGTERM stops
 accepting connections and finishes the requests in flight (uvicorn's graceful shutdown). The
 model is loaded once; requests are served concurrently, and one-history requests that arrive
-together are scored as one batch (seqrec.batching; a full queue is a 503). The guard answers a
+together are scored as one batch (seqrec.serving.batching; a full queue is a 503). The guard answers a
 valid POST /recommend itself, past FastAPI's routing (the same model of the request, the same
 answer); what it refuses goes on to the app, which says why.
 """
@@ -51,7 +51,7 @@ from typing import Annotated, Any
 import torch
 
 from seqrec.errors import ConfigError
-from seqrec.recommender import MODEL, POPULARITY, Recommender, UnknownItemsError
+from seqrec.serving.recommender import MODEL, POPULARITY, Recommender, UnknownItemsError
 
 __all__ = ["ServeOptions", "check_host", "create_app", "serve", "server_config"]
 
@@ -72,14 +72,14 @@ class ServeOptions:
     timeout: float = 10.0  # seconds a request may run before it gets 504
     api_key: str | None = None  # bearer token every endpoint but /health and /ready needs
     cors_origins: tuple[str, ...] = ()  # none: CORS closed
-    # the connection layer (seqrec.http_guard): open connections (one more evicts the longest
+    # the connection layer (seqrec.serving.guard): open connections (one more evicts the longest
     # idle), seconds to complete a request's headers, keep-alive seconds, requests per connection
     max_connections: int = 1000
     header_timeout: float = 10.0
     keep_alive: float = 5.0
     max_requests: int = 1000
     http: str = "auto"  # the HTTP parser: "httptools" (C, faster), "h11", "auto" (httptools if any)
-    # dynamic micro-batching (seqrec.batching): one-history requests queued while the model is
+    # dynamic micro-batching (seqrec.serving.batching): one-history requests queued while the model is
     # busy, or within `batch_wait` seconds, are scored together, at most `micro_batch` at once
     # (1: each alone); more than `max_queue` waiting are refused with 503
     micro_batch: int = 64
@@ -436,7 +436,7 @@ def _recommend_routes(
     import pydantic
     from fastapi.responses import JSONResponse
 
-    from seqrec.batching import MicroBatcher, Overloaded
+    from seqrec.serving.batching import MicroBatcher, Overloaded
 
     def check_length(history: list[Any]) -> None:
         if len(history) > opts.max_history:
@@ -596,7 +596,7 @@ def _set_threads(options: ServeOptions) -> None:
 
 
 def _set_connection_limits(options: ServeOptions) -> None:
-    from seqrec.http_guard import ConnectionLimits, set_limits
+    from seqrec.serving.guard import ConnectionLimits, set_limits
 
     set_limits(
         ConnectionLimits(
@@ -609,11 +609,11 @@ def _set_connection_limits(options: ServeOptions) -> None:
 
 
 def server_config(app: Any, options: ServeOptions, **kwargs: Any) -> Any:
-    """The uvicorn config seqrec serves with: its guarded HTTP protocol (seqrec.http_guard,
+    """The uvicorn config seqrec serves with: its guarded HTTP protocol (seqrec.serving.guard,
     httptools or h11 as `options.http` says) with `options`' connection limits, and uvicorn's
     keep-alive timer."""
     _, _, uvicorn = _imports()
-    from seqrec.http_guard import guarded_protocol
+    from seqrec.serving.guard import guarded_protocol
 
     _set_connection_limits(options)
     return uvicorn.Config(
@@ -658,7 +658,7 @@ def serve(
     in-flight requests finish first) on `device`. A `host` other than the loopback needs a
     token in `options` unless `insecure`. `access_log`: a line per request (uvicorn's)."""
     _, _, uvicorn = _imports()
-    from seqrec.http_guard import guarded_protocol
+    from seqrec.serving.guard import guarded_protocol
 
     options = options or ServeOptions()
     check_host(host, options, insecure)
@@ -669,7 +669,7 @@ def serve(
         os.environ[DEVICE_ENV] = device
         os.environ[OPTIONS_ENV] = json.dumps(dataclasses.asdict(options))
         uvicorn.run(
-            "seqrec.serve:app_from_env",
+            "seqrec.serving.service:app_from_env",
             factory=True,
             host=host,
             port=port,

@@ -124,7 +124,7 @@ def attention_maps(
 
 def plot_attention(maps: AttentionMaps, path: str, title: str = "") -> None:
     """One heat-map per layer (rows) and head (columns), positions 1..last, the [MASK] marked."""
-    from seqrec.plots import pyplot
+    from seqrec.experiments.plots import pyplot
 
     plt = pyplot()
     layers, heads, n, _ = maps.weights.shape

@@ -1,6 +1,6 @@
 """A model from a run directory: the one way to load one for scoring (`seqrec evaluate DIR`,
 the recommender, the server, export, `train.init_from`). The directory's files belong to
-seqrec.rundir.RunDir; this module checks that they make the model they describe (its size, its
+seqrec.training.rundir.RunDir; this module checks that they make the model they describe (its size, its
 weights' shapes) before anything is allocated, and builds it.
 """
 
@@ -15,16 +15,16 @@ import torch
 from seqrec.config import RunConfig
 from seqrec.errors import ConfigError, RunError
 from seqrec.models.base import SequenceModel
-from seqrec.registry import MODELS, entry
-from seqrec.rundir import RunDir
-from seqrec.sizes import check_memory
+from seqrec.models.registry import MODELS, entry
+from seqrec.training.rundir import RunDir
+from seqrec.training.sizes import check_memory
 
 __all__ = ["MODELS", "Run", "build_model", "load_run", "shape_mismatch"]
 
 
 def build_model(cfg: RunConfig, n_items: int, n_users: int = 0) -> SequenceModel:
     """The model `cfg.model` for `n_items` items (and `n_users` training users, for the models
-    with a per-user term), freshly initialised (seqrec.registry)."""
+    with a per-user term), freshly initialised (seqrec.models.registry)."""
     return entry(cfg.model).build(n_items, n_users, cfg)
 
 
@@ -42,7 +42,7 @@ class Run:
 
 def _shaped_model(cfg: RunConfig, n_items: int, n_users: int, where: Path) -> SequenceModel:
     """The model `cfg` describes, built on the meta device (no memory) for its weights' shapes,
-    once its parameters are weighed by formula and found within the bound (seqrec.sizes): one
+    once its parameters are weighed by formula and found within the bound (seqrec.training.sizes): one
     line otherwise."""
     try:
         check_memory(cfg, n_items, n_users, where=str(where), training=False)

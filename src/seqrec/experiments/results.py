@@ -30,7 +30,7 @@ META_KEYS = ("command", "git_commit", "evaluated_at", "date", "machine", "seeds"
 def run_record(run_dir: Path, *, trust: bool = True) -> dict[str, Any]:
     """What a results file records of one training run, read from its run directory. `trust`:
     runs older than the manifest are read too (the benchmarks' and experiments' own runs)."""
-    from seqrec.rundir import RunDir
+    from seqrec.training.rundir import RunDir
 
     run = RunDir(run_dir, trust=trust)
     config = run.config_dict()

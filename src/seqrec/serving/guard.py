@@ -12,7 +12,7 @@ byte now and then, and it caps nothing but concurrent requests).
     max_requests      requests per connection, then it is closed after its response
 
 Imported only by the server (it needs uvicorn, the `serve` extra). The limits are read from
-`LIMITS`, which `seqrec.serve` sets in each process before the server starts.
+`LIMITS`, which `seqrec.serving.service` sets in each process before the server starts.
 """
 
 from __future__ import annotations

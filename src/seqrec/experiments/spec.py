@@ -34,11 +34,11 @@ A spec (TOML; a path or a shipped name from `seqrec/experiments/`):
     # space = {"train.lr" = {low = 1e-4, high = 1e-2, log = true}, "sasrec.n_layers" = [1, 2]}
     # (a search chooses on validation: metric = "valid.full.ndcg@10", columns = test metrics)
     # columns = ["test.pop100.hr@10"]  # optional: more metrics in the table
-    # paper_table = "bert4rec-table2-ml1m"   # optional: the paper's rows from seqrec.reference
+    # paper_table = "bert4rec-table2-ml1m"   # optional: the paper's rows from seqrec.evaluation.reference
     # plot = "bar"                   # optional: bars (default: a line over the points)
     # ensemble = true                # optional: the [[points]] are an ensemble's members: per
     #                                # seed, an "ensemble" row ranks by their runs together,
-    #                                # weights chosen on validation (seqrec.ensemble)
+    #                                # weights chosen on validation (seqrec.experiments.ensemble)
     [paper]                          # optional: the paper's value of `metric`, by label
     "10" = 0.4631
 """
@@ -61,16 +61,16 @@ from typing import Any
 from seqrec.config import RunConfig, load_config, parse_override
 from seqrec.data.prepared import PreparedDataset, prepare
 from seqrec.errors import ConfigError
+from seqrec.evaluation.reference import paper_table
+from seqrec.experiments.results import write_results
 from seqrec.files import bound, check_name, read_checked
 from seqrec.provenance import atomic_write, git_commit
-from seqrec.reference import paper_table
-from seqrec.results import write_results
-from seqrec.rundir import RunDir
-from seqrec.validation import validate
+from seqrec.training.rundir import RunDir
+from seqrec.training.validation import validate
 
 __all__ = ["SPEC_DIR", "ExperimentSpec", "Point", "load_spec", "run_experiment", "spec_names"]
 
-SPEC_DIR = Path(__file__).parent / "experiments"  # the shipped specs
+SPEC_DIR = Path(__file__).parent  # the shipped specs sit beside this module
 _KEYS = {
     "title",
     "base",
@@ -123,7 +123,7 @@ class ExperimentSpec:
     plot: str = "line"
     x_label: str = ""  # the figure's x axis, for specs with [[series]]
     # the points are the members of an ensemble: per seed, one more row ranks by their runs
-    # together (seqrec.ensemble.evaluate_runs: weights chosen on validation)
+    # together (seqrec.experiments.ensemble.evaluate_runs: weights chosen on validation)
     ensemble: bool = False
 
     def config(self, point: Point, seed: int) -> RunConfig:
@@ -506,7 +506,7 @@ def run_experiment(
 ) -> Path:
     """Train (or reuse) every point x seed; rewrite the results after each; return the JSON.
     `trust`: reuse finished points without a manifest (runs of an older seqrec)."""
-    from seqrec.train import train_or_reuse
+    from seqrec.training.fit import train_or_reuse
 
     root = runs_dir / spec.name
     root.mkdir(parents=True, exist_ok=True)
@@ -588,8 +588,8 @@ def _budget(config: dict[str, Any], metrics: dict[str, Any]) -> str:
 def _ensemble_row(
     spec: ExperimentSpec, members: list[dict[str, Any]], ds: PreparedDataset, trust: bool
 ) -> dict[str, Any]:
-    """The row of one seed's members ranked together (`seqrec.ensemble.evaluate_runs`)."""
-    from seqrec.ensemble import evaluate_runs
+    """The row of one seed's members ranked together (`seqrec.experiments.ensemble.evaluate_runs`)."""
+    from seqrec.experiments.ensemble import evaluate_runs
 
     scored = evaluate_runs([r["run_dir"] for r in members], ds, trust=trust)
     metrics = {"valid": scored["valid"], "test": scored["test"]}

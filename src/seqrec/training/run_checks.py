@@ -23,7 +23,7 @@ import torch
 
 from seqrec.config import RunConfig
 from seqrec.data.prepared import PreparedDataset
-from seqrec.evaluate import SCORES_BYTES, Scorer, pad_histories, parse_protocols
+from seqrec.evaluation.protocols import SCORES_BYTES, Scorer, pad_histories, parse_protocols
 
 __all__ = ["POP_MARGIN", "advice", "judge"]
 

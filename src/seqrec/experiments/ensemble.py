@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from seqrec.evaluate import Scorer
+from seqrec.evaluation.protocols import Scorer
 
 if TYPE_CHECKING:
-    from seqrec.checkpoint import Run
     from seqrec.data.prepared import PreparedDataset
+    from seqrec.training.checkpoint import Run
 
 __all__ = [
     "Ensemble",
@@ -70,7 +70,7 @@ class Ensemble:
     ) -> Ensemble:
         """The best weights of each run (`checkpoint.load_run`); refused unless every run has
         the same item vocabulary."""
-        from seqrec.checkpoint import load_run
+        from seqrec.training.checkpoint import load_run
 
         runs = [load_run(d, device) for d in run_dirs]
         check_same_items(runs)
@@ -177,8 +177,8 @@ def choose_weights(
     ties go to the earlier point. Each member scores each user once: the users are taken a chunk
     at a time, the members' log-softmax scores of a chunk held (users x items x members floats,
     at most `max_bytes`) while every grid point ranks it."""
-    from seqrec.evaluate import evaluate, parse_protocols
-    from seqrec.metrics import per_user
+    from seqrec.evaluation.metrics import per_user
+    from seqrec.evaluation.protocols import evaluate, parse_protocols
 
     protocol = parse_protocols(protocol)[0]
     per_user(np.zeros(1, dtype=np.int64), metric)  # a metric it knows, before any scoring
@@ -258,9 +258,9 @@ def evaluate_runs(
     {"weights", "grid": [{"weights", "valid"}], "choice", "valid", "test"} (metrics as a run's
     metrics.json holds them: protocol -> metric -> value). `device`: None for a GPU when there is
     one."""
-    from seqrec.checkpoint import load_run
-    from seqrec.evaluate import parse_protocols
-    from seqrec.train import resolve_device
+    from seqrec.evaluation.protocols import parse_protocols
+    from seqrec.training.checkpoint import load_run
+    from seqrec.training.fit import resolve_device
 
     device = resolve_device("auto") if device is None else device
 

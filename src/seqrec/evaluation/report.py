@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from seqrec.reference import PAPER_ROWS
+from seqrec.evaluation.reference import PAPER_ROWS
 
 __all__ = ["metrics_table", "run_label", "stats_table"]
 

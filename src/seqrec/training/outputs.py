@@ -6,7 +6,7 @@ kind's own files (a user's file dropped into it makes it the user's again):
 
     prepared   manifest.json (with its "key") + sequences.parquet, vocab.json, stats.json,
                negatives.npz
-    run        its config (+ the run files of seqrec.rundir)
+    run        its config (+ the run files of seqrec.training.rundir)
 
 Rules (docs/design/reliability.md lists the test of each):
 - an output directory that exists must be empty or a directory of the same kind; one of the same
@@ -25,7 +25,7 @@ from typing import Literal
 
 from seqrec.errors import ConfigError
 from seqrec.files import bound, read_checked
-from seqrec.rundir import DIGESTS, LOCK, PENDING, RUN_FILES, RUN_MARKER, RUN_OUTPUTS
+from seqrec.training.rundir import DIGESTS, LOCK, PENDING, RUN_FILES, RUN_MARKER, RUN_OUTPUTS
 
 __all__ = ["PREPARED_FILES", "check_out_dir", "check_out_file", "dir_kind"]
 

@@ -33,17 +33,17 @@ import numpy as np
 import polars as pl
 import torch
 
-from seqrec.checkpoint import Run, load_run
 from seqrec.data.ids import IdCodec
 from seqrec.data.io import detect_format, read_interactions
 from seqrec.data.prepared import PreparedDataset, load_prepared
 from seqrec.data.preprocess import left_pad
 from seqrec.errors import ConfigError, DataError, SeqrecError
-from seqrec.evaluate import SCORES_BYTES, score_plan
+from seqrec.evaluation.protocols import SCORES_BYTES, score_plan
 from seqrec.files import bound, read_checked
 from seqrec.progress import Progress
 from seqrec.provenance import atomic_write
-from seqrec.rundir import RunDir
+from seqrec.training.checkpoint import Run, load_run
+from seqrec.training.rundir import RunDir
 
 __all__ = [
     "Encoded",

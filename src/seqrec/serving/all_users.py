@@ -22,7 +22,7 @@ import polars as pl
 
 from seqrec.errors import ConfigError
 from seqrec.progress import Progress
-from seqrec.recommender import Recommender, recommendations_frame
+from seqrec.serving.recommender import Recommender, recommendations_frame
 
 __all__ = ["CHUNK_USERS", "write_all_users"]
 
