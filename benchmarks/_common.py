@@ -1,7 +1,7 @@
 """Shared by the benchmark scripts: the one way a result is written and a run is reused.
 
-Every result is written by `seqrec.experiments.results.write_results` (JSON + Markdown with the command,
-the evaluating commit and its diff when dirty, the machine, the seeds and a record of every
+Every result is written by `seqrec.experiments.results.write_results` (JSON + Markdown with the
+command, the evaluating commit and its diff when dirty, the machine, the seeds and a record of every
 training run reported) into benchmarks/results/<area>/. A finished run is reused only when its
 config equals the requested one (`train_or_reuse`).
 """
@@ -72,8 +72,8 @@ def write_results(
     runs: Sequence[Path] = (),
     area: str | None = None,
 ) -> tuple[Path, Path]:
-    """Write results/<area>/<name>.json and .md through `seqrec.experiments.results.write_results` (the
-    one writer, shared with `seqrec experiment`); return their paths.
+    """Write results/<area>/<name>.json and .md through `seqrec.experiments.results.write_results`
+    (the one writer, shared with `seqrec experiment`); return their paths.
 
     `seeds`: every seed the numbers depend on (e.g. {"train": 0, "candidates": 42}); `runs`: the
     run directories whose numbers the file reports."""

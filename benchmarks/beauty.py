@@ -18,6 +18,7 @@ from typing import Any
 
 from _common import budgeted_row, paper_beauty, runs_dir, train_or_reuse, write_results
 from seqrec.data.prepared import prepare
+from seqrec.evaluation.protocols import evaluate_split
 from seqrec.evaluation.reference import PAPER_ROWS_BEAUTY
 from seqrec.models.baselines import Popularity
 
@@ -46,7 +47,9 @@ def main() -> None:
         name, config, budget, cfg = budgeted_row(spec)
         if ds is None:
             ds = prepare(src, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=False)
-            pop = ds.evaluate(Popularity.fit(ds.split.train), "test", protocols=cfg.eval.protocols)
+            pop = evaluate_split(
+                ds, Popularity.fit(ds.split.train), "test", protocols=cfg.eval.protocols
+            )
             rows["pop"] = {"config": None, "budget": None, "test": pop.metrics}
         out = runs_dir(args.runs_dir) / f"beauty-{name}"
         m, log = train_or_reuse(ds, cfg, out, src)

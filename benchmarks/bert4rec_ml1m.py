@@ -18,6 +18,7 @@ from _common import paper_ml1m, train_or_reuse, write_results
 from seqrec.config import RunConfig, load_config
 from seqrec.data import download
 from seqrec.data.prepared import prepare
+from seqrec.evaluation.protocols import evaluate_split
 from seqrec.evaluation.report import metrics_table
 from seqrec.models.baselines import Popularity
 
@@ -35,7 +36,7 @@ def main() -> None:
     ds = prepare(src, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=False)
     out = Path(args.out) if args.out else download.cache_dir() / "runs" / args.name
     m, log = train_or_reuse(ds, cfg, out, src)
-    pop = ds.evaluate(Popularity.fit(ds.split.train), "test", protocols=cfg.eval.protocols)
+    pop = evaluate_split(ds, Popularity.fit(ds.split.train), "test", protocols=cfg.eval.protocols)
     curve = [(h["epoch"], h[k]) for h in log for k in h if k.startswith("valid_")]
     md = (
         "# BERT4Rec on ML-1M (papers' file), leave-one-out test split\n\n"

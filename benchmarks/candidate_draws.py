@@ -23,6 +23,7 @@ from typing import Any
 from _common import write_results
 from seqrec.cli.common import _source_data
 from seqrec.data.prepared import PreparedDataset, draw_seeds, prepare
+from seqrec.evaluation.protocols import evaluate_split
 from seqrec.evaluation.reference import paper_table
 from seqrec.training.checkpoint import load_run
 
@@ -82,7 +83,8 @@ def run_draws(
     ds = prepared[key]
     if list(ds.item_ids) != list(run.item_ids):
         raise SystemExit(f"candidate_draws: {run_dir} was trained on other items")
-    report = ds.evaluate(
+    report = evaluate_split(
+        ds,
         run.model,
         "test",
         protocols=[protocol],

@@ -10,7 +10,8 @@ full NDCG@10 over a grid, and the test split is read once, at the chosen weights
 NAME=CONFIG:BUDGET[:KEY=VALUE,...]; its run is <runs-dir>/NAME, or NAME-s<seed> with
 train.seed=<seed> for a seed other than 0 (a finished run with the same config is reused as it
 was trained). Each seed is one ensemble of its members' runs of that seed, with its own weights.
-The score is `seqrec.experiments.ensemble.Ensemble`'s: the weighted sum of the members' log-softmax scores.
+The score is `seqrec.experiments.ensemble.Ensemble`'s: the weighted sum of the members'
+log-softmax scores.
 The grid: every weight vector on the simplex in steps of `--step`
 (`seqrec.experiments.ensemble.choose_weights`).
 """
@@ -25,7 +26,7 @@ from typing import Any
 
 from _common import budgeted_row, paper_beauty, paper_ml1m, runs_dir, train_or_reuse, write_results
 from seqrec.data.prepared import PreparedDataset, prepare
-from seqrec.evaluation.protocols import PROTOCOLS
+from seqrec.evaluation.protocols import PROTOCOLS, evaluate_split
 from seqrec.experiments.ensemble import Ensemble, choose_weights
 
 
@@ -74,7 +75,7 @@ def _one_seed(
     models = [load_run(r).model for r in runs]
     for member, row in zip(models, trained, strict=True):
         for split in ("valid", "test"):
-            row[split] = _metrics(ds.evaluate(member, split))
+            row[split] = _metrics(evaluate_split(ds, member, split))
     start = time.perf_counter()
     choice = choose_weights(models, ds, step=step)
     equal_w = tuple([1 / len(models)] * len(models))
@@ -85,12 +86,12 @@ def _one_seed(
         "grid": [{"weights": list(w), "valid": v} for w, v in choice.grid],
         "weights": list(choice.weights),
         "valid": choice.value,
-        "test": _metrics(ds.evaluate(Ensemble(models, choice.weights), "test")),
+        "test": _metrics(evaluate_split(ds, Ensemble(models, choice.weights), "test")),
         "equal_weights": {
-            "valid": ds.evaluate(Ensemble(models, equal_w), "valid", protocols=("full",)).metrics[
-                "full"
-            ]["ndcg@10"],
-            "test": _metrics(ds.evaluate(Ensemble(models, equal_w), "test")),
+            "valid": evaluate_split(
+                ds, Ensemble(models, equal_w), "valid", protocols=("full",)
+            ).metrics["full"]["ndcg@10"],
+            "test": _metrics(evaluate_split(ds, Ensemble(models, equal_w), "test")),
         },
     }
     out["choose_and_test_s"] = time.perf_counter() - start
@@ -137,7 +138,8 @@ def main() -> None:
         f"# An ensemble on {args.data}: {' + '.join(names)}\n",
         "Members trained (or reused) under their budgets; per seed, the weights chosen on "
         f"validation full NDCG@10 over a grid of step {args.step} (each member's log-softmax "
-        "scores, weighted and summed: `seqrec.experiments.ensemble.Ensemble`) and the test split read at "
+        "scores, weighted and summed: `seqrec.experiments.ensemble.Ensemble`) and the test split "
+        "read at "
         "the chosen weights. Member rows: each run's own scores, recomputed here.\n",
         "| system | weights | valid full NDCG@10 | test full HR@10 | test full NDCG@10 | "
         "test uni100 NDCG@10 | test pop100 NDCG@10 |",

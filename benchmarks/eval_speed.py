@@ -6,8 +6,10 @@ beside how it did it before (kept here as the reference), and one step between:
   added, the padding column concatenated), a (B, V) candidate mask built per batch, then
   compared, or-ed with NaN and and-ed, 256 histories per call;
 - "in place, 256 rows": the scores written once into one tensor, one comparison pass with the
-  excluded history taken off afterwards (`seqrec.evaluation.protocols.full_ranks`), 256 histories per call;
-- "now": the same in blocks of rows whose scores fit `seqrec.evaluation.protocols.SCORES_BYTES` (16 MB).
+  excluded history taken off afterwards (`seqrec.evaluation.protocols.full_ranks`), 256 histories
+  per call;
+- "now": the same in blocks of rows whose scores fit `seqrec.evaluation.protocols.SCORES_BYTES` (16
+MB).
 
 A time-budgeted run validates every `train.eval_every` epochs inside its budget, so on a large
 catalogue (Beauty: 54,542 items) this is training time lost. The ranks of the variants are
@@ -32,9 +34,11 @@ import torch
 from _common import paper_beauty, paper_ml1m, write_results
 from seqrec.config import RunConfig, load_config
 from seqrec.data.prepared import prepare
-from seqrec.training.fit import ModelScorer, setup
+from seqrec.evaluation.protocols import evaluate_split
+from seqrec.training.setup import ModelScorer, setup
 
-# the module, not the function `seqrec.evaluation.protocols` that the package exports under the same name
+# the module, not the function `seqrec.evaluation.protocols` that the package exports under the
+# same name
 ev = importlib.import_module("seqrec.evaluation.protocols")
 CASES = [  # dataset title, file, config
     ("ML-1M", paper_ml1m, "ml-1m-bert4rec"),
@@ -75,7 +79,7 @@ VARIANTS = {  # name -> (scorer class, full_ranks, SCORES_BYTES)
 
 def time_pass(ds: Any, scorer: ModelScorer, batch_size: int) -> tuple[float, np.ndarray]:
     t0 = time.perf_counter()
-    report = ds.evaluate(scorer, "valid", protocols=("full",), batch_size=batch_size)
+    report = evaluate_split(ds, scorer, "valid", protocols=("full",), batch_size=batch_size)
     return time.perf_counter() - t0, report.ranks["full"]
 
 

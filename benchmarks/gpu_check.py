@@ -177,14 +177,8 @@ def throughput(
 
     from seqrec.config import RunConfig, load_config
     from seqrec.data.prepared import prepare
-    from seqrec.training.fit import (
-        LOSS_READ_EVERY,
-        _epochs,
-        prefetched,
-        resolve_device,
-        setup,
-        torch_settings,
-    )
+    from seqrec.training.loop import LOSS_READ_EVERY, _epochs, prefetched
+    from seqrec.training.setup import resolve_device, setup, torch_settings
 
     cfg = load_config(RunConfig, config, [f'train.device="{device}"', *sets])
     ds = prepare(data, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=False)

@@ -21,9 +21,9 @@ import numpy as np
 import torch
 
 from _common import write_results
-from seqrec.evaluation.protocols import PROTOCOLS
+from seqrec.evaluation.protocols import PROTOCOLS, evaluate_split
 from seqrec.serving.recommender import Recommender
-from seqrec.training.fit import ModelScorer
+from seqrec.training.setup import ModelScorer
 
 
 def timed(fn: Any, repeats: int) -> tuple[float, Any]:
@@ -50,7 +50,8 @@ def measure(rec: Recommender, histories: list[np.ndarray], args: argparse.Namesp
     assert ds is not None
     scorer = ModelScorer(rec.model, rec.bf16, rec.device)
     eval_s, report = timed(
-        lambda: ds.evaluate(scorer, "test", protocols=PROTOCOLS, device=rec.device), args.repeats
+        lambda: evaluate_split(ds, scorer, "test", protocols=PROTOCOLS, device=rec.device),
+        args.repeats,
     )
     row = {
         "histories": n,

@@ -26,7 +26,7 @@ from _common import paper_ml1m, write_results
 from seqrec.config import RunConfig, load_config
 from seqrec.data.prepared import PreparedDataset, prepare
 from seqrec.models.lrurec import SCAN_CHUNK, LRURec, _scan, _scan_chunked
-from seqrec.training.fit import setup
+from seqrec.training.setup import setup
 
 SCANS = {"doubling": _scan, "chunked": _scan_chunked}
 

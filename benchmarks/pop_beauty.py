@@ -19,7 +19,7 @@ from _common import paper_beauty, write_results
 from seqrec.config import EvalConfig
 from seqrec.data.prepared import prepare
 from seqrec.data.preprocess import kcore_mask
-from seqrec.evaluation.protocols import item_popularity
+from seqrec.evaluation.protocols import evaluate_split, item_popularity
 from seqrec.evaluation.reference import PAPER_ROWS_BEAUTY
 from seqrec.models.baselines import Popularity
 
@@ -44,7 +44,7 @@ def main() -> None:
             ),
         }
         metrics = {
-            name: ds.evaluate(scorer, "test", batch_size=512).metrics
+            name: evaluate_split(ds, scorer, "test", batch_size=512).metrics
             for name, scorer in scorers.items()
         }
     seqs = ds.split.sequences

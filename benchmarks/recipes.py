@@ -39,8 +39,9 @@ from _common import (
 from seqrec.config import ANY_LOG_ADAPT, RunConfig, adapt_to_data, load_config
 from seqrec.data.prepared import PreparedDataset, prepare
 from seqrec.data.synthetic import synthetic_interactions
+from seqrec.evaluation.protocols import evaluate_split
 from seqrec.models.baselines.pop import Popularity
-from seqrec.training.fit import epochs_bought
+from seqrec.training.policy import epochs_bought
 from seqrec.training.rundir import RunDir
 
 RECIPES = ("sasrec-ce", "bert4rec", "gru4rec-plus", "lrurec")
@@ -115,7 +116,7 @@ def main() -> None:
             cfg = recipe_config(recipe, sets, args.budget)
             ds = prepare(src, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=False)
             if pop is None:  # POP on the same prepared data: the bar a model must clear
-                report = ds.evaluate(Popularity.fit(ds.split.train), "test")
+                report = evaluate_split(ds, Popularity.fit(ds.split.train), "test")
                 pop = report.metrics["full"]
             out = runs_dir(args.runs_dir) / f"recipes-{log}-{recipe}"
             finished = RunDir(out, trust=True).finished
@@ -184,7 +185,7 @@ def own_data(path: Path, name: str) -> None:
     metrics = model.evaluate()  # test split: full, uni100, pop100
     wall = time.perf_counter() - started
     ds = model.dataset_
-    pop = ds.evaluate(Popularity.fit(ds.split.train), "test").metrics
+    pop = evaluate_split(ds, Popularity.fit(ds.split.train), "test").metrics
     m = model.metrics_ or {}
     cfg = RunDir(model.run_dir_).config()
     section = next(s for n, s in cfg.sections if hasattr(s, "max_len"))

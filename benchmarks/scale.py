@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from _common import write_results
+from seqrec.evaluation.protocols import evaluate_split
 
 
 def _stage(name: str, cmd: list[str], log: Path) -> dict[str, Any]:
@@ -91,7 +92,8 @@ def evaluate_test(run: str, users: int) -> None:
     ds = load_prepared(loaded.source["prepared"])
     cfg = loaded.config
     start = time.perf_counter()
-    report = ds.evaluate(
+    report = evaluate_split(
+        ds,
         loaded.model.eval(),
         "test",
         batch_size=cfg.eval.batch_size,

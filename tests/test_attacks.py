@@ -60,7 +60,9 @@ def _capped(code: str, *args: str, cap: Callable[[], None]) -> subprocess.Comple
 # ------------------------------------------------------------------- run files, looked at first
 
 LOADERS = {
-    "load_run": "import sys; from seqrec.training.checkpoint import load_run; load_run(sys.argv[1])",
+    "load_run": (
+        "import sys; from seqrec.training.checkpoint import load_run; load_run(sys.argv[1])"
+    ),
     "seqrec.load": "import sys, seqrec; seqrec.load(sys.argv[1])",
     "seqrec.load trust": "import sys, seqrec; seqrec.load(sys.argv[1], trust=True)",
     "recommend": (

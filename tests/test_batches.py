@@ -11,11 +11,10 @@ from seqrec.data.batches import (
     ClozeSampler,
     NextItemConfig,
     NextItemSampler,
-    draw_negatives,
-    draw_shared_negatives,
     pack_rows,
     sliding_windows,
 )
+from seqrec.data.negatives import draw_negatives, draw_shared_negatives
 from seqrec.data.preprocess import Sequences
 
 

@@ -73,7 +73,7 @@ def test_two_fits_with_one_seed_give_the_same_model_and_stop_on_patience() -> No
 
 
 def test_the_plateau_schedule_halves_the_rate_and_a_refit_replays_it() -> None:
-    from seqrec.training.fit import _LoopState
+    from seqrec.training.loop import _LoopState
 
     t = load_config(RunConfig, "sasrec-ce").train
     assert (t.decay, t.plateau_patience, t.plateau_factor, t.time_budget) == (

@@ -1,5 +1,5 @@
-"""Data-parallel training (seqrec.training.distributed) on CPUs: gloo, 127.0.0.1 only. Two ranks each
-training on half of every batch end where one process training on the whole batches ends;
+"""Data-parallel training (seqrec.training.distributed) on CPUs: gloo, 127.0.0.1 only. Two ranks
+each training on half of every batch end where one process training on the whole batches ends;
 only rank 0 writes; a distributed run killed and resumed ends where an uninterrupted one does.
 """
 
@@ -217,7 +217,8 @@ def test_a_killed_distributed_run_resumes_to_the_uninterrupted_one(
 SHARED_VALIDATION = """
 import json, sys
 import torch, torch.distributed as dist
-from seqrec.training import fit as tr
+from seqrec.training import loop as tr
+from seqrec.training import setup as ts
 from seqrec.training.checkpoint import load_run
 from seqrec.data.prepared import load_prepared
 from seqrec.training.distributed import ranks
@@ -234,7 +235,7 @@ def counted(scorer, eval_set, **kw):
     return real(scorer, eval_set, **kw)
 
 tr.evaluate = counted
-training = tr.setup(ds, tr._with_precision(run.config, False, False), fresh=False)
+training = ts.setup(ds, ts._with_precision(run.config, False, False), fresh=False)
 training.model.load_state_dict(run.model.state_dict())
 value = tr._validate(training, ds, torch.device("cpu"), r)
 out = {"rank": r.rank, "value": value, "users": users[0]}
@@ -250,12 +251,13 @@ def test_validation_is_shared_by_user_between_the_ranks(
     # each rank ranks every other validation user, and the gathered ranks give every rank the
     # metric one process computes over all the users
     from seqrec.data.prepared import load_prepared
-    from seqrec.training import fit as tr
+    from seqrec.training import loop as tr
+    from seqrec.training import setup as ts
     from seqrec.training.checkpoint import load_run
 
     run = load_run(runs["one"])
     ds = load_prepared(run.source["prepared"])
-    training = tr.setup(ds, tr._with_precision(run.config, False, False), fresh=False)
+    training = ts.setup(ds, ts._with_precision(run.config, False, False), fresh=False)
     training.model.load_state_dict(run.model.state_dict())
     alone = tr._validate(training, ds, torch.device("cpu"))
     script = tmp_path / "shared_validation.py"

@@ -15,6 +15,7 @@ from seqrec.cli import main
 from seqrec.config import EvalConfig
 from seqrec.data.prepared import draw_seeds, prepare
 from seqrec.data.synthetic import synthetic_interactions
+from seqrec.evaluation.protocols import evaluate_split
 from seqrec.models.baselines import Popularity
 
 N_NEG = 20  # candidates per user: fewer than the eligible items of every user here
@@ -59,13 +60,13 @@ def test_the_spread_is_that_of_each_draws_own_metrics(tmp_path: Path) -> None:
     src = _log(tmp_path / "ratings.dat")
     ds = _prepared(src, tmp_path / "p")
     scorer = Popularity.fit(ds.split.train)
-    report = ds.evaluate(scorer, "test", draws=3, ks=[10])
+    report = evaluate_split(ds, scorer, "test", draws=3, ks=[10])
     assert set(report.draws) == {"uni100", "pop100"}  # the full ranking draws nothing
     for p in ("uni100", "pop100"):
         values = report.draws[p]["ndcg@10"]
         assert values[0] == report.metrics[p]["ndcg@10"]  # the stored draw first
         for seed, value in zip([42, 0, 1], values, strict=True):
-            alone = _prepared(src, tmp_path / f"s{seed}", seed=seed).evaluate(scorer, "test")
+            alone = evaluate_split(_prepared(src, tmp_path / f"s{seed}", seed=seed), scorer, "test")
             assert value == pytest.approx(alone.metrics[p]["ndcg@10"], abs=1e-12)
         assert len(set(values)) > 1  # the draws differ, so the spread measures something
         spread = report.over_draws()[p]["ndcg@10"]
@@ -74,7 +75,7 @@ def test_the_spread_is_that_of_each_draws_own_metrics(tmp_path: Path) -> None:
         assert (spread["min"], spread["max"], spread["draws"]) == (min(values), max(values), 3)
         flat = report.metrics_with_draws()[p]
         assert flat["ndcg@10_mean"] == spread["mean"] and flat["ndcg@10_std"] == spread["std"]
-    once = ds.evaluate(scorer, "test", ks=[10])
+    once = evaluate_split(ds, scorer, "test", ks=[10])
     assert once.draws == {} and once.metrics_with_draws() == once.metrics
     assert once.metrics == report.metrics  # more draws leave the stored draw's numbers as they are
 
@@ -87,7 +88,7 @@ def test_evaluate_draws_on_the_command_line(
     assert main([*base, "--draws", "3", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
     ds = _prepared(src, tmp_path / "p")
-    want = ds.evaluate(Popularity.fit(ds.split.train), "test", draws=3).metrics_with_draws()
+    want = evaluate_split(ds, Popularity.fit(ds.split.train), "test", draws=3).metrics_with_draws()
     assert got["uni100"]["ndcg@10_mean"] == pytest.approx(want["uni100"]["ndcg@10_mean"])
     assert got["pop100"]["hr@10_std"] == pytest.approx(want["pop100"]["hr@10_std"])
     assert "ndcg@10_mean" not in got["full"]

@@ -12,6 +12,7 @@ import pytest
 from seqrec.data.io import read_movielens_dat, read_user_item_txt
 from seqrec.data.prepared import prepare
 from seqrec.data.preprocess import preprocess
+from seqrec.evaluation.protocols import evaluate_split
 from seqrec.evaluation.reference import PAPER_ROWS
 from seqrec.models.baselines import Popularity
 from seqrec.serving.recommender import item_metadata
@@ -86,7 +87,7 @@ def test_pop_gives_the_recorded_numbers_and_both_papers_rows(shared_data: Path) 
     import json
 
     ds = prepare(shared_data / "bert4rec-paper/ml-1m.txt.gz", progress=False)
-    report = ds.evaluate(Popularity.fit(ds.split.train), "test")
+    report = evaluate_split(ds, Popularity.fit(ds.split.train), "test")
     results = Path(__file__).resolve().parent.parent / "benchmarks/results/evaluation/pop_ml1m.json"
     recorded = json.loads(results.read_text())["metrics"]
     for protocol, values in recorded.items():

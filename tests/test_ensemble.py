@@ -1,5 +1,5 @@
-"""seqrec.experiments.ensemble: the weighted sum of the members' log-softmax scores, checked by hand; each
-member reads its own history length; runs of other items are refused."""
+"""seqrec.experiments.ensemble: the weighted sum of the members' log-softmax scores, checked by
+hand; each member reads its own history length; runs of other items are refused."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from seqrec.evaluation.protocols import evaluate_split
 from seqrec.experiments.ensemble import Ensemble
 
 
@@ -95,10 +96,12 @@ def test_runs_rank_together_and_runs_of_other_items_are_refused(
         run_b.model.score(hist)[:, 1:], 1
     )
     torch.testing.assert_close(ens.score(hist)[:, 1:], want)
-    report = ds.evaluate(ens, "test", protocols=("full",))
+    report = evaluate_split(ds, ens, "test", protocols=("full",))
     assert len(report.ranks["full"]) == len(eval_set.targets)
-    alone = ds.evaluate(Ensemble.from_runs([tiny_runs["sasrec"]]), "test", protocols=("full",))
-    direct = ds.evaluate(run_a.model, "test", protocols=("full",))
+    alone = evaluate_split(
+        ds, Ensemble.from_runs([tiny_runs["sasrec"]]), "test", protocols=("full",)
+    )
+    direct = evaluate_split(ds, run_a.model, "test", protocols=("full",))
     np.testing.assert_array_equal(alone.ranks["full"], direct.ranks["full"])
     # a run trained on another log: other items
     from seqrec.config import RunConfig, load_config
@@ -175,7 +178,7 @@ def test_weights_are_chosen_on_validation_as_the_ensemble_ranks(tiny_runs: dict[
     choice = choose_weights([a, b], ds, step=0.25)
     assert [w for w, _ in choice.grid] == [(0, 1), (0.25, 0.75), (0.5, 0.5), (0.75, 0.25), (1, 0)]
     for w, value in choice.grid:  # each grid value is the ensemble's own validation metric
-        direct = ds.evaluate(Ensemble([a, b], w), "valid", protocols=("full",))
+        direct = evaluate_split(ds, Ensemble([a, b], w), "valid", protocols=("full",))
         assert value == pytest.approx(direct.metrics["full"]["ndcg@10"], abs=1e-12)
     assert choice.value == max(v for _, v in choice.grid)
     assert choice.metric == "valid full ndcg@10"
@@ -217,7 +220,9 @@ def test_evaluate_ranks_by_an_ensemble_of_runs(
 
     ds = load_prepared(load_run(tiny_runs["sasrec"]).source["prepared"])
     ens = Ensemble.from_runs([tiny_runs["sasrec"], tiny_runs["gru4rec"]])
-    assert half == pytest.approx(ds.evaluate(ens, "test", protocols=("full",)).metrics["full"])
+    assert half == pytest.approx(
+        evaluate_split(ds, ens, "test", protocols=("full",)).metrics["full"]
+    )
     assert main(both) == 0  # weights chosen on validation, said on stderr
     assert "weights chosen on valid full ndcg@10 (11 grid points)" in capsys.readouterr().err
     for argv, message in [

@@ -14,6 +14,7 @@ import pytest
 from seqrec.cli import main
 from seqrec.config import RunConfig, as_trained, load_config
 from seqrec.errors import ConfigError
+from seqrec.evaluation.protocols import evaluate_split
 from seqrec.experiments.spec import _value, load_spec, run_experiment, spec_names
 from seqrec.training.rundir import RunDir
 
@@ -431,12 +432,12 @@ def test_an_ensemble_spec_adds_a_row_ranking_by_its_members_runs_together(
         assert row["members"] == ["narrow", "gru"]
         assert tuple(row["weights"]) in weight_grid(2, 0.1)
         models = [load_run(r["run_dir"]).model for r in members]
-        alone = [ds.evaluate(m, "valid").metrics["full"]["ndcg@10"] for m in models]
+        alone = [evaluate_split(ds, m, "valid").metrics["full"]["ndcg@10"] for m in models]
         # the grid holds each member alone, so the chosen weights rank validation at least as
         # well as the better member
         assert row["valid"]["full"]["ndcg@10"] >= max(alone) - 1e-9
         assert row["columns"]["valid.full.ndcg@10"] == row["valid"]["full"]["ndcg@10"]
-        test = ds.evaluate(Ensemble(models, row["weights"]), "test").metrics
+        test = evaluate_split(ds, Ensemble(models, row["weights"]), "test").metrics
         assert row["value"] == pytest.approx(test["full"]["ndcg@10"])
         assert row["members_train_time_s"] == sum(r["train_time_s"] for r in members)
     assert result["total_train_time_s"] == sum(r["train_time_s"] for r in result["runs"][:4])

@@ -19,8 +19,9 @@ from seqrec.models.baselines import Popularity
 from seqrec.models.gru4rec import GRU4Rec, GRU4RecConfig
 from seqrec.models.registry import MODELS
 from seqrec.training.checkpoint import load_run
-from seqrec.training.fit import fit, loss_spec
+from seqrec.training.fit import fit
 from seqrec.training.losses import bpr_loss, bpr_max_loss, top1_loss, top1_max_loss
+from seqrec.training.setup import loss_spec
 
 
 def _sig(x: float) -> float:

@@ -1,5 +1,5 @@
-"""The contract every registered model keeps (seqrec.models.registry.MODELS), checked on tiny data in
-seconds a model: a new model gets all of it by its registry line. Build and score shapes, the
+"""The contract every registered model keeps (seqrec.models.registry.MODELS), checked on tiny data
+in seconds a model: a new model gets all of it by its registry line. Build and score shapes, the
 padding column, left-padding invariance, a few epochs lowering the loss, save -> load equality,
 an interrupted run resumed to the uninterrupted one's weights, train.init_from, refit,
 recommend, and export (or its one-line refusal)."""

@@ -1,4 +1,4 @@
-"""No command deletes or overwrites what seqrec did not create (seqrec.training.outputs): every command
+"""No command deletes or overwrites what seqrec did not create (seqrec.outputs): every command
 with an output directory or file, tried on a user's folder, the data's own folder, a run
 directory and a seqrec directory of another kind."""
 
@@ -12,7 +12,7 @@ import pytest
 from seqrec.cli import main
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import ConfigError
-from seqrec.training.outputs import dir_kind
+from seqrec.outputs import dir_kind
 
 
 def _log(folder: Path) -> Path:
@@ -281,7 +281,7 @@ def test_a_run_killed_before_its_config_is_taken_over_a_users_manifest_is_not(
     perhaps the manifest with the config pending: the next training there starts (it once said
     the folder held files seqrec did not write). A folder whose `sha256.json` is not a seqrec
     manifest stays the user's."""
-    from seqrec.training.outputs import check_out_dir
+    from seqrec.outputs import check_out_dir
 
     out = tmp_path / "run"
     out.mkdir()

@@ -48,7 +48,7 @@ def test_prepare_reuses_unchanged_and_rebuilds_changed(tmp_path: Path) -> None:
     stamp = (out / "manifest.json").stat().st_mtime_ns
     prepare(src, out=out, progress=False)
     assert (out / "manifest.json").stat().st_mtime_ns == stamp  # reused, not rewritten
-    # another setting: the folder is seqrec's, but replaced only when told (seqrec.training.outputs)
+    # another setting: the folder is seqrec's, but replaced only when told (seqrec.outputs)
     with pytest.raises(ConfigError, match="another source or settings; --force replaces it"):
         prepare(src, out=out, data_cfg=DataConfig(min_item_interactions=1), progress=False)
     assert (out / "manifest.json").stat().st_mtime_ns == stamp

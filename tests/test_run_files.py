@@ -1,4 +1,5 @@
-"""Every file a loader reads is checked before use (seqrec.training.checkpoint): its digest bound to its
+"""Every file a loader reads is checked before use (seqrec.training.checkpoint): its digest bound
+to its
 name in the manifest, the config's values against their ranges, the model's size against a bound
 and the weights' shapes against the config, before the model is allocated. Each malformed or
 edited file is one line naming it."""
@@ -105,8 +106,8 @@ def test_config_values_are_range_checked_on_load(
 def test_a_model_over_the_size_bound_is_refused_before_allocation(
     tiny_runs: dict[str, Path], tmp_path: Path, memory_cap: Callable[[], None]
 ) -> None:
-    """d_model 40,000 describes a 59.6 GiB model: refused from its numbers (seqrec.training.sizes) in a
-    process capped at 1 GiB over what importing seqrec takes (building it would die there)."""
+    """d_model 40,000 describes a 59.6 GiB model: refused from its numbers (seqrec.training.sizes)
+    in a process capped at 1 GiB over what importing seqrec takes (building it would die there)."""
     run = _copy(tiny_runs, tmp_path)
     _edit_json(run, "config.json", {"sasrec.d_model": 40_000, "sasrec.n_heads": 1})
     code = "import sys; from seqrec.training.checkpoint import load_run; load_run(sys.argv[1])"

@@ -22,9 +22,11 @@ from seqrec.models.baselines import Popularity
 from seqrec.models.registry import entry
 from seqrec.models.sasrec import SASRec, SASRecConfig
 from seqrec.training.checkpoint import load_run
-from seqrec.training.fit import FitResult, _cpu_util, fit, loss_spec, make_optimizer, train_step
+from seqrec.training.fit import FitResult, _cpu_util, fit
 from seqrec.training.losses import LossSpec
 from seqrec.training.rundir import RunDir
+from seqrec.training.setup import loss_spec, make_optimizer
+from seqrec.training.step import train_step
 
 
 def _config(**train: object) -> RunConfig:
@@ -274,7 +276,7 @@ def _asdict(cfg: RunConfig) -> dict:  # type: ignore[type-arg]
 
 
 def test_lr_factor_warmup_stable_and_decay_shapes() -> None:
-    from seqrec.training.fit import lr_factor
+    from seqrec.training.step import lr_factor
 
     assert lr_factor(0, 10, 0.0) == pytest.approx(0.1)  # warm-up: (step + 1) / warmup
     assert lr_factor(9, 10, 0.5) == pytest.approx(1.0)
@@ -315,7 +317,7 @@ def test_packed_random_cloze_batches_learn_the_toy_pattern(
 def test_a_non_finite_loss_stops_the_run_naming_epoch_and_step(
     toy: PreparedDataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import seqrec.training.fit as train_module
+    import seqrec.training.setup as train_module  # where Training.step looks train_step up
 
     cfg = _config(max_epochs=4, eval_every=1)
     per_epoch = len(entry("bert4rec").batches(cfg, toy))
@@ -338,7 +340,7 @@ def test_a_non_finite_loss_stops_the_run_naming_epoch_and_step(
 def test_non_finite_weights_stop_the_run_before_they_are_kept(
     toy: PreparedDataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import seqrec.training.fit as train_module
+    import seqrec.training.setup as train_module  # where Training.step looks train_step up
 
     cfg = _config(max_epochs=4, eval_every=1)
     per_epoch = len(entry("bert4rec").batches(cfg, toy))
@@ -377,7 +379,7 @@ def test_max_steps_ends_training_and_the_decay_there(toy: PreparedDataset, tmp_p
 def test_auto_precision_is_decided_once_and_recorded(
     toy: PreparedDataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import seqrec.training.fit as train_module
+    import seqrec.training.setup as train_module
 
     cfg = _config(max_epochs=2, bf16="auto", loss_bf16="auto")
     # without bf16 instructions (an AVX2-only CPU) fp32 is kept without timing bf16
@@ -410,7 +412,7 @@ def test_auto_precision_is_decided_once_and_recorded(
 def test_a_resumed_run_keeps_its_precision_decision(
     toy: PreparedDataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import seqrec.training.fit as train_module
+    import seqrec.training.setup as train_module
     from seqrec.data import batches
 
     cfg = _config(max_epochs=3, eval_every=1, loss_bf16="auto")
@@ -481,7 +483,7 @@ def test_train_plus_valid_learns_the_validation_items_and_tests_the_last_state(
 def test_epochs_bought_is_the_budget_over_an_epochs_timed_cost(
     toy: PreparedDataset, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import seqrec.training.fit as train
+    import seqrec.training.policy as train
 
     cfg = _config(time_budget="1m", bf16=False, loss_bf16=False)
     ticks = iter(range(10_000))
@@ -576,7 +578,7 @@ def test_a_sample_of_users_is_evaluated_the_same_one_at_every_split(
 def test_prefetched_batches_are_the_same_in_the_same_order() -> None:
     import threading
 
-    from seqrec.training.fit import prefetched
+    from seqrec.training.loop import prefetched
 
     items = [torch.tensor([i]) for i in range(25)]
     assert [int(t) for t in prefetched(iter(items), 3)] == list(range(25))

@@ -1,4 +1,5 @@
-"""One check before any file (seqrec.training.validation.validate): an invalid value in any section of any
+"""One check before any file (seqrec.training.validation.validate): an invalid value in any section
+of any
 model's config, or a setting that does not combine with another, is one line (exit 2) and leaves
 no run directory; the negatives are one object (NegativeSampler) with its rules in one place;
 a training's torch settings do not outlive it."""
@@ -20,7 +21,7 @@ from seqrec.data.preprocess import Sequences
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import ConfigError
 from seqrec.models.registry import MODELS
-from seqrec.training.fit import torch_settings
+from seqrec.training.setup import torch_settings
 from seqrec.training.validation import validate
 
 

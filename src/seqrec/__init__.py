@@ -21,12 +21,13 @@ from seqrec.models.baselines import Popularity
 from seqrec.models.bert4rec import BERT4RecConfig
 from seqrec.models.gru4rec import GRU4Rec, GRU4RecConfig
 from seqrec.models.sasrec import SASRecConfig
+from seqrec.provenance import VERSION
 from seqrec.serving.recommender import Recommender, UnknownItemsError
 from seqrec.training.checkpoint import Run, load_run
 from seqrec.training.fit import FitResult, fit
 from seqrec.tuning import SearchResult, search
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
 __all__ = [
     "BERT4Rec",

@@ -93,8 +93,8 @@ class TrainConfig:
     decay_start: float = 0.0
     batch_size: int = 256
     clip_norm: float = 5.0  # gradient clipping by global L2 norm; 0 = none
-    # The loss (seqrec.training.losses): "ce" full softmax (BERT4Rec Eq. 8), "bce" with n_negatives per
-    # target (SASRec §III-E: 1), "sampled_softmax", "gbce" (gSASRec), "bpr" / "top1" (GRU4Rec),
+    # The loss (seqrec.training.losses): "ce" full softmax (BERT4Rec Eq. 8), "bce" with n_negatives
+    # per target (SASRec §III-E: 1), "sampled_softmax", "gbce" (gSASRec), "bpr" / "top1" (GRU4Rec),
     # "bpr_max" / "top1_max" (GRU4Rec+).
     loss: Literal["ce", "bce", "sampled_softmax", "gbce", "bpr", "top1", "bpr_max", "top1_max"] = (
         "ce"
@@ -174,8 +174,8 @@ class ShortBudget:
     is short, so one config gives the best model at 5 minutes and at 60 (what learns fastest is
     not what ends best, docs/results/bert4rec.md). Short means either under `minutes` of budget, or,
     with `epochs`, a budget that buys fewer than `epochs` epochs of the config on the machine at
-    hand: timed when the run starts (`epochs_bought` in seqrec.training.fit), so a slow machine and a
-    fast one each get the settings their budget can use. Every tier that is due applies, in
+    hand: timed when the run starts (`epochs_bought` in seqrec.training.fit), so a slow machine and
+    a fast one each get the settings their budget can use. Every tier that is due applies, in
     order. A key given explicitly with the config (`seqrec train --set`, a sweep's overrides)
     wins over a tier's setting. A run's recorded config is the resolved one: the settings
     applied, `applied` true, and an epochs tier's measured `bought`, so nothing is decided
@@ -856,8 +856,8 @@ def refit_config(
 # for no bound. Checked by `validate` before a run writes anything and when a run directory's
 # config is read back, so that an edited run config is one line, not a crash or an allocation.
 # Sizes have upper bounds too, so that no number builds for minutes or asks for memory before
-# seqrec.training.sizes can weigh the whole config: widths up to 65,536, layers up to 256, histories up to
-# 65,536 items; the memory a config asks for is bounded by seqrec.training.sizes.
+# seqrec.training.sizes can weigh the whole config: widths up to 65,536, layers up to 256,
+# histories up to 65,536 items; the memory a config asks for is bounded by seqrec.training.sizes.
 _MAX_WIDTH = 65536
 _RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = {
     "d_model": (1, _MAX_WIDTH, False, False),

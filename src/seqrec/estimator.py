@@ -46,8 +46,8 @@ from seqrec.data.frames import FRAME_KINDS, as_kind, frame_kind
 from seqrec.data.prepared import PreparedDataset, prepare
 from seqrec.errors import ConfigError, SeqrecError
 from seqrec.models.registry import entry
+from seqrec.outputs import check_out_dir, check_out_file
 from seqrec.serving.recommender import MODEL, POPULARITY, Recommender
-from seqrec.training.outputs import check_out_dir, check_out_file
 from seqrec.training.rundir import RunDir
 from seqrec.training.validation import validate as validate_training
 
@@ -383,7 +383,7 @@ class Model:
         `<metric>_mean` and `<metric>_std` over the draws beside it. A model refitted on every
         item has trained on the test items: nothing is left to measure it on (the validated
         run's metrics are `validated_metrics_`)."""
-        from seqrec.evaluation.protocols import parse_protocols
+        from seqrec.evaluation.protocols import evaluate_split, parse_protocols
 
         if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
             raise ConfigError(f"evaluate: draws: expected an integer >= 1, got {draws!r}")
@@ -393,7 +393,8 @@ class Model:
                 "validated run's metrics are validated_metrics_"
             )
 
-        report = self.dataset_.evaluate(
+        report = evaluate_split(
+            self.dataset_,
             self.recommender_.model,
             "valid" if split == "valid" else "test",
             protocols=parse_protocols(",".join(protocols)),
@@ -488,7 +489,7 @@ def _toml(value: Any) -> str:
 def load(path: str | Path, *, device: str = "auto", trust: bool = False) -> Model:
     """A fitted Model from a run directory (`Model.save`, or any `seqrec train` run), scoring
     on `device` (auto: a GPU when there is one, as training does)."""
-    from seqrec.training.fit import resolve_device
+    from seqrec.training.setup import resolve_device
 
     device = str(resolve_device(device))
     run = RunDir(path, trust=trust)

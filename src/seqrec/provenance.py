@@ -12,8 +12,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_write", "cpu_flags", "git_commit", "git_diff", "machine", "write_json"]
+__all__ = [
+    "VERSION",
+    "atomic_write",
+    "cpu_flags",
+    "git_commit",
+    "git_diff",
+    "machine",
+    "write_json",
+]
 
+VERSION = "0.1.0"  # seqrec's version (pyproject.toml's; `seqrec.__version__`)
 _REPO = Path(__file__).resolve().parent.parent.parent  # src/seqrec -> the checkout, if any
 
 

@@ -161,7 +161,7 @@ def _source_data(run_dir: Path) -> str:
 def _say_short_budget(cfg: RunConfig) -> None:
     """One line when the config's tiers change, or may change, this run's settings (its device's
     tiers; an epochs tier is decided by timing the machine as the run starts)."""
-    from seqrec.training.fit import resolve_device
+    from seqrec.training.setup import resolve_device
 
     kind = resolve_device(cfg.train.device).type
     on_device = [tier for tier in device_tiers(cfg) if tier.device == kind]

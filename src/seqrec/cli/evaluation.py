@@ -25,15 +25,16 @@ from seqrec.evaluation.protocols import (
     EvalReport,
     Scorer,
     compare_reports,
+    evaluate_split,
     load_ranks,
     parse_protocols,
     save_ranks,
 )
 from seqrec.evaluation.report import metrics_table, run_label
 from seqrec.models.baselines import Popularity
+from seqrec.outputs import check_out_file
 from seqrec.training.checkpoint import Run, load_run
-from seqrec.training.fit import resolve_device
-from seqrec.training.outputs import check_out_file
+from seqrec.training.setup import resolve_device
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -77,7 +78,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             f"--draws: the protocols ({', '.join(protocols)}) hold no sampled one "
             f"({', '.join(SAMPLED_PROTOCOLS)}): nothing is drawn"
         )
-    report = ds.evaluate(
+    report = evaluate_split(
+        ds,
         scorer,
         args.split,
         protocols=protocols,
@@ -220,7 +222,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ConfigError(f"--metric {args.metric!r} is not one of {', '.join(metric_names(ks))}")
     device = str(resolve_device("auto"))
     reports = {
-        name: ds.evaluate(run.model, args.split, protocols=protocols, ks=ks, device=device)
+        name: evaluate_split(ds, run.model, args.split, protocols=protocols, ks=ks, device=device)
         for name, run in zip(names, runs, strict=True)
     }
     tests = compare_reports(reports, args.metric)

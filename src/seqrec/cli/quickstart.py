@@ -23,6 +23,7 @@ from seqrec.data import download
 from seqrec.data.prepared import prepare, prepare_frame
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import DownloadError
+from seqrec.evaluation.protocols import evaluate_split
 from seqrec.evaluation.report import metrics_table, stats_table
 from seqrec.models.baselines import Popularity
 from seqrec.training.fit import fit
@@ -73,7 +74,8 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     print(f"data: {origin} -> {ds.path}\n")
     _say_short_budget(cfg)
     print(stats_table(ds.name, ds.stats) + "\n")
-    pop = ds.evaluate(
+    pop = evaluate_split(
+        ds,
         Popularity.fit(ds.split.train),
         "test",
         protocols=cfg.eval.protocols,

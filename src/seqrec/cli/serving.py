@@ -18,10 +18,10 @@ from seqrec.cli.common import (
     _parse_id,
 )
 from seqrec.errors import ConfigError, SeqrecError
+from seqrec.outputs import check_out_file
 from seqrec.serving.export import FORMATS, export_run
 from seqrec.serving.recommender import Recommender, read_histories, write_recommendations
-from seqrec.training.fit import resolve_device
-from seqrec.training.outputs import check_out_file
+from seqrec.training.setup import resolve_device
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:

@@ -24,8 +24,9 @@ from seqrec.errors import ConfigError
 from seqrec.evaluation.report import metrics_table, run_label
 from seqrec.models import registry
 from seqrec.training.distributed import on_main, process_group, ranks
-from seqrec.training.fit import check_run_out, fit, resolve_device
+from seqrec.training.fit import check_run_out, fit
 from seqrec.training.rundir import RunDir
+from seqrec.training.setup import resolve_device
 from seqrec.training.validation import validate
 
 

@@ -1,7 +1,7 @@
 """The stored candidates of the sampled protocols (`uni100`, `pop100`): for each evaluated user,
 100 negatives drawn once per split and seed, uniformly or in proportion to popularity, never an
-item of the user's sequence (docs/design/evaluation.md; seqrec.evaluation.protocols ranks against them).
-They live with the data: `prepare` draws them and stores them beside the sequences, so every
+item of the user's sequence (docs/design/evaluation.md; seqrec.evaluation.protocols ranks against
+them). They live with the data: `prepare` draws them and stores them beside the sequences, so every
 model is ranked against the same ones."""
 
 from __future__ import annotations

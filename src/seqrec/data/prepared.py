@@ -27,16 +27,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 import polars as pl
-import torch
 
 from seqrec.data import download
 from seqrec.data.candidates import (
     N_NEGATIVES,
-    PROTOCOLS,
     SAMPLED_PROTOCOLS,
     item_popularity,
     sample_negatives,
@@ -62,7 +60,6 @@ from seqrec.data.split import (
     time_split_counts,
 )
 from seqrec.errors import ConfigError, DataError
-from seqrec.evaluation.metrics import DEFAULT_KS
 from seqrec.files import (
     bound,
     check_name,
@@ -71,11 +68,8 @@ from seqrec.files import (
     size_checked,
     write_failed,
 )
+from seqrec.outputs import check_out_dir, dir_kind
 from seqrec.progress import Progress
-from seqrec.training.outputs import check_out_dir, dir_kind
-
-if TYPE_CHECKING:
-    from seqrec.evaluation.protocols import EvalReport, Scorer
 
 __all__ = [
     "FORMAT_VERSION",
@@ -195,41 +189,6 @@ class PreparedDataset:
                 }
             )
         return out if rows is None else [{p: c[rows] for p, c in d.items()} for d in out]
-
-    def evaluate(
-        self,
-        scorer: Scorer,
-        split: Split = "test",
-        *,
-        protocols: Sequence[str] = PROTOCOLS,
-        ks: Sequence[int] = DEFAULT_KS,
-        batch_size: int = 256,
-        device: str | torch.device | None = None,
-        progress: bool = False,
-        sample_users: int = 0,
-        seed: int = 42,
-        draws: int = 1,
-    ) -> EvalReport:
-        """Evaluate a scorer on one split against this dataset's stored candidates (a shortcut to
-        `seqrec.evaluation.protocols.evaluate`, imported here so that the data layer does not depend on it);
-        `sample_users`, `seed`: see `eval_data`. `draws` > 1: the sampled protocols ranked
-        against that many candidate draws as well (`candidate_draws`), the report's `draws` and
-        `over_draws()` holding each draw's metrics and their mean and spread."""
-        from seqrec.evaluation.protocols import evaluate
-
-        eval_set, negatives = self.eval_data(split, sample_users, seed)
-        more = self.candidate_draws(split, draws, sample_users, seed)[1:] if draws > 1 else []
-        return evaluate(
-            scorer,
-            eval_set,
-            protocols=protocols,
-            negatives=negatives,
-            ks=ks,
-            batch_size=batch_size,
-            device=device,
-            progress=progress,
-            more_negatives=more,
-        )
 
 
 def resolve_source(
@@ -416,7 +375,7 @@ def _reuse(
     out: Path, key: dict[str, Any], cached: bool, force: bool, inputs: Sequence[Path | str]
 ) -> PreparedDataset | None:
     """The prepared dataset already in `out` for `key` (None: prepare it), after checking that
-    `out` may be written (seqrec.training.outputs): another key's is replaced only with `force`, or
+    `out` may be written (seqrec.outputs): another key's is replaced only with `force`, or
     when it is the cache's own folder."""
     if check_out_dir(out, "prepared", inputs=inputs) and not force:
         if _manifest_key(out) == key:
@@ -591,7 +550,7 @@ def prepare_frame(
     (users, items) defaults to the configured thresholds, 1 (no filter) where unset. A k-core
     that removes anything says so in one line on stderr, and the dataset's stats record it
     ("kcore"). `out` must be new, empty or (with `replace`) a prepared dataset
-    (seqrec.training.outputs)."""
+    (seqrec.outputs)."""
     out = Path(out)
     if check_out_dir(out, "prepared") and not replace:
         raise ConfigError(f"{out}: holds a prepared dataset; replace=True replaces it")

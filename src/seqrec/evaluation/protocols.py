@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 import polars as pl
@@ -43,10 +43,14 @@ from seqrec.data.candidates import (
 from seqrec.data.preprocess import Sequences, left_pad
 from seqrec.data.split import EvalSet
 from seqrec.errors import DataError
+from seqrec.evaluation.blocks import BlockScores
 from seqrec.evaluation.metrics import DEFAULT_KS, paired_test, summarize
-from seqrec.models.base import BlockScores
 from seqrec.progress import Progress
 from seqrec.provenance import atomic_write
+
+if TYPE_CHECKING:
+    from seqrec.data.prepared import PreparedDataset
+    from seqrec.data.split import Split
 
 __all__ = [
     "N_NEGATIVES",
@@ -364,3 +368,36 @@ def compare_reports(
             if p in other.ranks
         }
     return out
+
+
+def evaluate_split(
+    ds: PreparedDataset,
+    scorer: Scorer,
+    split: Split = "test",
+    *,
+    protocols: Sequence[str] = PROTOCOLS,
+    ks: Sequence[int] = DEFAULT_KS,
+    batch_size: int = 256,
+    device: str | torch.device | None = None,
+    progress: bool = False,
+    sample_users: int = 0,
+    seed: int = 42,
+    draws: int = 1,
+) -> EvalReport:
+    """Evaluate a scorer on one split of a prepared dataset against its stored candidates;
+    `sample_users`, `seed`: see `PreparedDataset.eval_data`. `draws` > 1: the sampled protocols
+    ranked against that many candidate draws as well (`candidate_draws`), the report's `draws` and
+    `over_draws()` holding each draw's metrics and their mean and spread."""
+    eval_set, negatives = ds.eval_data(split, sample_users, seed)
+    more = ds.candidate_draws(split, draws, sample_users, seed)[1:] if draws > 1 else []
+    return evaluate(
+        scorer,
+        eval_set,
+        protocols=protocols,
+        negatives=negatives,
+        ks=ks,
+        batch_size=batch_size,
+        device=device,
+        progress=progress,
+        more_negatives=more,
+    )

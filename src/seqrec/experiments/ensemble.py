@@ -8,7 +8,7 @@ probabilities, and any other model's scores become the distribution its ranking 
 sum does not depend on a member's scale or shift.
 
     ens = Ensemble.from_runs(["runs/lrurec", "runs/sasrec"], weights=[0.6, 0.4])
-    report = ds.evaluate(ens, "test")
+    report = evaluate_split(ds, ens, "test")
 
 The weights are chosen on the validation split (`choose_weights`: every weight vector on a grid,
 each member scored once), never on the test split.
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from seqrec.evaluation.protocols import Scorer
+from seqrec.evaluation.protocols import Scorer, evaluate_split
 
 if TYPE_CHECKING:
     from seqrec.data.prepared import PreparedDataset
@@ -260,7 +260,7 @@ def evaluate_runs(
     one."""
     from seqrec.evaluation.protocols import parse_protocols
     from seqrec.training.checkpoint import load_run
-    from seqrec.training.fit import resolve_device
+    from seqrec.training.setup import resolve_device
 
     device = resolve_device("auto") if device is None else device
 
@@ -276,7 +276,8 @@ def evaluate_runs(
         "choice": choice.metric,
     }
     for split in ("valid", "test"):
-        report = ds.evaluate(
+        report = evaluate_split(
+            ds,
             ens,
             split,
             protocols=parse_protocols(e.protocols),

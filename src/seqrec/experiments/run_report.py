@@ -23,7 +23,7 @@ from typing import Any
 from seqrec.errors import ConfigError, SeqrecError
 from seqrec.evaluation.reference import PAPER_ROWS, is_papers_ml1m
 from seqrec.evaluation.report import run_label
-from seqrec.provenance import atomic_write, describe_machine
+from seqrec.provenance import VERSION, atomic_write, describe_machine
 from seqrec.training.rundir import RunDir
 
 __all__ = ["write_report"]
@@ -83,9 +83,7 @@ def _e(text: Any) -> str:
 
 
 def _version() -> str:
-    from seqrec import __version__
-
-    return __version__
+    return VERSION
 
 
 def _img(png: bytes, alt: str) -> str:
@@ -149,7 +147,7 @@ def _num(x: Any) -> str:
 def _paired(names: Sequence[str], runs: Sequence[str | Path], trust: bool) -> str:
     """Each run against the first, user by user, on the test split of the first run's data."""
     from seqrec.data.prepared import load_prepared
-    from seqrec.evaluation.protocols import compare_reports
+    from seqrec.evaluation.protocols import compare_reports, evaluate_split
     from seqrec.training.checkpoint import load_run
 
     loaded = [load_run(r, trust=trust) for r in runs]
@@ -159,7 +157,7 @@ def _paired(names: Sequence[str], runs: Sequence[str | Path], trust: bool) -> st
     ds = load_prepared(prepared)
     if any(list(r.item_ids) != list(ds.item_ids) for r in loaded):
         return "<h2>Paired tests</h2><p class='note'>The runs were trained on other items.</p>"
-    reports = {n: ds.evaluate(r.model, "test") for n, r in zip(names, loaded, strict=True)}
+    reports = {n: evaluate_split(ds, r.model, "test") for n, r in zip(names, loaded, strict=True)}
     rows = []
     for name, by_protocol in compare_reports(reports, "ndcg@10").items():
         for protocol, t in by_protocol.items():

@@ -34,7 +34,8 @@ A spec (TOML; a path or a shipped name from `seqrec/experiments/`):
     # space = {"train.lr" = {low = 1e-4, high = 1e-2, log = true}, "sasrec.n_layers" = [1, 2]}
     # (a search chooses on validation: metric = "valid.full.ndcg@10", columns = test metrics)
     # columns = ["test.pop100.hr@10"]  # optional: more metrics in the table
-    # paper_table = "bert4rec-table2-ml1m"   # optional: the paper's rows from seqrec.evaluation.reference
+    # paper_table = "bert4rec-table2-ml1m"   # optional: the paper's rows from
+    # seqrec.evaluation.reference
     # plot = "bar"                   # optional: bars (default: a line over the points)
     # ensemble = true                # optional: the [[points]] are an ensemble's members: per
     #                                # seed, an "ensemble" row ranks by their runs together,
@@ -588,7 +589,8 @@ def _budget(config: dict[str, Any], metrics: dict[str, Any]) -> str:
 def _ensemble_row(
     spec: ExperimentSpec, members: list[dict[str, Any]], ds: PreparedDataset, trust: bool
 ) -> dict[str, Any]:
-    """The row of one seed's members ranked together (`seqrec.experiments.ensemble.evaluate_runs`)."""
+    """The row of one seed's members ranked together
+    (`seqrec.experiments.ensemble.evaluate_runs`)."""
     from seqrec.experiments.ensemble import evaluate_runs
 
     scored = evaluate_runs([r["run_dir"] for r in members], ds, trust=trust)

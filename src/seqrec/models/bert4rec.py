@@ -268,8 +268,8 @@ def _cloze_batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
     )
 
 
-# the registry entry (seqrec.models.registry): the architecture and its Cloze task (§3.6); the training
-# recipe is TrainConfig's defaults (§4.3)
+# the registry entry (seqrec.models.registry): the architecture and its Cloze task (§3.6); the
+# training recipe is TrainConfig's defaults (§4.3)
 def _parameters(n_items: int, n_users: int, cfg: RunConfig) -> int:
     """BERT4Rec's parameters by formula: embeddings, layers (attention, FFN, two LNs), head."""
     c, d = cfg.bert4rec, cfg.bert4rec.d_model

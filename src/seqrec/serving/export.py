@@ -23,9 +23,9 @@ from torch import nn
 
 from seqrec.errors import ConfigError
 from seqrec.models.base import SequenceModel
+from seqrec.outputs import check_out_file
 from seqrec.provenance import atomic_write
 from seqrec.training.checkpoint import load_run
-from seqrec.training.outputs import check_out_file
 
 __all__ = ["FORMATS", "export_run"]
 
@@ -54,7 +54,7 @@ def export_run(
 ) -> Path:
     """Write the run's best model in `fmt`; returns the file (default: inside the run, where it
     is replaced). An `out` elsewhere that exists is replaced only with `replace`; one of the run's
-    own files is refused (seqrec.training.outputs)."""
+    own files is refused (seqrec.outputs)."""
     if fmt not in FORMATS:
         raise ConfigError(f"format {fmt!r}: expected one of {', '.join(FORMATS)}")
     path = Path(out) if out else Path(run_dir) / FORMATS[fmt]

@@ -27,7 +27,8 @@ A request running longer than `timeout` gets 504; an unexpected failure gets a 5
 says only that (never a stack trace). CORS is closed unless origins are named. SIGTERM stops
 accepting connections and finishes the requests in flight (uvicorn's graceful shutdown). The
 model is loaded once; requests are served concurrently, and one-history requests that arrive
-together are scored as one batch (seqrec.serving.batching; a full queue is a 503). The guard answers a
+together are scored as one batch (seqrec.serving.batching; a full queue is a 503). The guard
+answers a
 valid POST /recommend itself, past FastAPI's routing (the same model of the request, the same
 answer); what it refuses goes on to the app, which says why.
 """
@@ -79,8 +80,8 @@ class ServeOptions:
     keep_alive: float = 5.0
     max_requests: int = 1000
     http: str = "auto"  # the HTTP parser: "httptools" (C, faster), "h11", "auto" (httptools if any)
-    # dynamic micro-batching (seqrec.serving.batching): one-history requests queued while the model is
-    # busy, or within `batch_wait` seconds, are scored together, at most `micro_batch` at once
+    # dynamic micro-batching (seqrec.serving.batching): one-history requests queued while the model
+    # is busy, or within `batch_wait` seconds, are scored together, at most `micro_batch` at once
     # (1: each alone); more than `max_queue` waiting are refused with 503
     micro_batch: int = 64
     batch_wait: float = 0.001
@@ -235,7 +236,7 @@ def create_app(
     _imports()  # a clear error when the extra is missing
     import fastapi
 
-    from seqrec import __version__
+    from seqrec.provenance import VERSION as __version__
 
     opts = options or ServeOptions()
     if max_history is not None:

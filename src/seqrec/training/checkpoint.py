@@ -1,7 +1,7 @@
 """A model from a run directory: the one way to load one for scoring (`seqrec evaluate DIR`,
 the recommender, the server, export, `train.init_from`). The directory's files belong to
-seqrec.training.rundir.RunDir; this module checks that they make the model they describe (its size, its
-weights' shapes) before anything is allocated, and builds it.
+seqrec.training.rundir.RunDir; this module checks that they make the model they describe (its size,
+its weights' shapes) before anything is allocated, and builds it.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ class Run:
 
 def _shaped_model(cfg: RunConfig, n_items: int, n_users: int, where: Path) -> SequenceModel:
     """The model `cfg` describes, built on the meta device (no memory) for its weights' shapes,
-    once its parameters are weighed by formula and found within the bound (seqrec.training.sizes): one
-    line otherwise."""
+    once its parameters are weighed by formula and found within the bound (seqrec.training.sizes):
+    one line otherwise."""
     try:
         check_memory(cfg, n_items, n_users, where=str(where), training=False)
     except ConfigError as err:

@@ -23,7 +23,13 @@ import torch
 
 from seqrec.config import RunConfig
 from seqrec.data.prepared import PreparedDataset
-from seqrec.evaluation.protocols import SCORES_BYTES, Scorer, pad_histories, parse_protocols
+from seqrec.evaluation.protocols import (
+    SCORES_BYTES,
+    Scorer,
+    evaluate_split,
+    pad_histories,
+    parse_protocols,
+)
 
 __all__ = ["POP_MARGIN", "advice", "judge"]
 
@@ -84,7 +90,8 @@ def _compare_with_pop(
 
     t = cfg.train
     protocol = parse_protocols(t.val_protocol)[0]
-    report = ds.evaluate(
+    report = evaluate_split(
+        ds,
         Popularity.fit(ds.split.training(t.train_on)),
         "valid",
         protocols=(protocol,),

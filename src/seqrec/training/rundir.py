@@ -47,39 +47,30 @@ import torch
 
 from seqrec.errors import ConfigError, RunError
 from seqrec.files import bound, checked_open, hash_file, json_object, read_checked
+from seqrec.outputs import (
+    CHECKPOINT,
+    CODE_DIFF,
+    CONFIG,
+    DIGESTS,
+    EVENTS,
+    LOCK,
+    LOG,
+    LOG_CSV,
+    METRICS,
+    PENDING,
+    PREVIOUS,
+    RUN_FILES,
+    RUN_MARKER,
+    RUN_OUTPUTS,
+    VOCAB,
+    WEIGHTS,
+)
 from seqrec.provenance import atomic_write, write_json
 
 if TYPE_CHECKING:
     from seqrec.config import RunConfig
 
 __all__ = ["RUN_FILES", "RUN_MARKER", "RUN_OUTPUTS", "RunDir", "load_tensors"]
-
-CONFIG, VOCAB, CHECKPOINT, PREVIOUS, WEIGHTS = (
-    "config.json",
-    "vocab.json",
-    "checkpoint.pt",
-    "checkpoint.prev.pt",
-    "model.pt",
-)
-METRICS, LOG, LOG_CSV, CODE_DIFF, DIGESTS, LOCK = (
-    "metrics.json",
-    "log.jsonl",
-    "log.csv",
-    "code.diff",
-    "sha256.json",
-    ".lock",
-)
-EVENTS = "tensorboard"  # a folder: TensorBoard's event files (train.tensorboard)
-PENDING = ".pending"  # in the manifest: the digests of files being put in place (_commit)
-RUN_MARKER = CONFIG  # the file that makes a directory a run's
-# what commands on a run write into it as outputs: seqrec's own, replaced freely
-RUN_OUTPUTS = frozenset({"attention.png", "attention.json", "model.onnx", "model.ts", "curves.png"})
-# everything seqrec writes into a run directory (seqrec.training.outputs tells a run from a user's folder)
-RUN_FILES = frozenset(
-    {CONFIG, VOCAB, CHECKPOINT, PREVIOUS, WEIGHTS, METRICS, LOG, LOG_CSV, CODE_DIFF, DIGESTS, LOCK}
-    | {EVENTS}
-    | RUN_OUTPUTS
-)
 
 # Keys added to the configs after runs were written whose default is not what those runs did:
 # (section, key) -> the value an older run directory without the key was trained with.
@@ -347,8 +338,8 @@ class RunDir:
 
     def _weights_bound(self, name: str) -> int:
         """The most bytes weight file `name` can hold for this run's config: its parameters as
-        float32 (seqrec.training.sizes), four times over in a checkpoint (the weights, the best state,
-        the optimiser's two moments), with room for the rest of a checkpoint."""
+        float32 (seqrec.training.sizes), four times over in a checkpoint (the weights, the best
+        state, the optimiser's two moments), with room for the rest of a checkpoint."""
         from seqrec.training.sizes import memory
 
         if self._parameter_bytes is None:  # config and vocab are written once, at the start

@@ -7,8 +7,8 @@ end, no early stop on validation targets it trains on), the negatives' rules
 model entry's own: a model that reads each row as one user's whole sequence (`whole_rows`) takes
 no packed batches, and an entry's `validate` adds what only it knows (NCF scores (user, item)
 pairs, so it trains with a sampled loss per position), and last the memory the training asks
-for (`seqrec.training.sizes`: parameters, optimiser state, a batch's activations). Every failure is one
-ConfigError line, so an invalid config leaves nothing on disk.
+for (`seqrec.training.sizes`: parameters, optimiser state, a batch's activations). Every failure is
+one ConfigError line, so an invalid config leaves nothing on disk.
 """
 
 from __future__ import annotations

@@ -25,11 +25,40 @@ from typing import Literal
 
 from seqrec.errors import ConfigError
 from seqrec.files import bound, read_checked
-from seqrec.training.rundir import DIGESTS, LOCK, PENDING, RUN_FILES, RUN_MARKER, RUN_OUTPUTS
 
 __all__ = ["PREPARED_FILES", "check_out_dir", "check_out_file", "dir_kind"]
 
 Kind = Literal["prepared", "run"]
+
+# the files of a run directory (seqrec.training.rundir.RunDir owns them)
+CONFIG, VOCAB, CHECKPOINT, PREVIOUS, WEIGHTS = (
+    "config.json",
+    "vocab.json",
+    "checkpoint.pt",
+    "checkpoint.prev.pt",
+    "model.pt",
+)
+METRICS, LOG, LOG_CSV, CODE_DIFF, DIGESTS, LOCK = (
+    "metrics.json",
+    "log.jsonl",
+    "log.csv",
+    "code.diff",
+    "sha256.json",
+    ".lock",
+)
+EVENTS = "tensorboard"  # a folder: TensorBoard's event files (train.tensorboard)
+PENDING = ".pending"  # in the manifest: the digests of files being put in place (_commit)
+RUN_MARKER = CONFIG  # the file that makes a directory a run's
+# what commands on a run write into it as outputs: seqrec's own, replaced freely
+RUN_OUTPUTS = frozenset({"attention.png", "attention.json", "model.onnx", "model.ts", "curves.png"})
+# everything seqrec writes into a run directory (this module tells a run
+# from a user's folder)
+RUN_FILES = frozenset(
+    {CONFIG, VOCAB, CHECKPOINT, PREVIOUS, WEIGHTS, METRICS, LOG, LOG_CSV, CODE_DIFF, DIGESTS, LOCK}
+    | {EVENTS}
+    | RUN_OUTPUTS
+)
+
 
 PREPARED_FILES = frozenset(
     {"manifest.json", "sequences.parquet", "vocab.json", "stats.json", "negatives.npz"}
