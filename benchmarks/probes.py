@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from _common import write_results
-from seqrec.config import RunConfig, as_trained, config_diff, load_config
+from seqrec.config import RunConfig, config_diff, load_config
+from seqrec.training.policy import as_trained
 from seqrec.training.rundir import RunDir
 
 

@@ -36,12 +36,12 @@ from _common import (
     train_or_reuse,
     write_results,
 )
-from seqrec.config import ANY_LOG_ADAPT, RunConfig, adapt_to_data, load_config
+from seqrec.config import RunConfig, load_config
 from seqrec.data.prepared import PreparedDataset, prepare
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.evaluation.protocols import evaluate_split
 from seqrec.models.baselines.pop import Popularity
-from seqrec.training.policy import epochs_bought
+from seqrec.training.policy import ANY_LOG_ADAPT, adapt_to_data, epochs_bought
 from seqrec.training.rundir import RunDir
 
 RECIPES = ("sasrec-ce", "bert4rec", "gru4rec-plus", "lrurec")

@@ -11,17 +11,14 @@ from seqrec.config import (
     EvalConfig,
     RunConfig,
     ShortBudget,
-    apply_device_tiers,
-    apply_short_budget,
-    as_trained,
     config_diff,
     config_names,
     from_dict,
     load_config,
     parse_duration,
-    refit_config,
 )
 from seqrec.errors import ConfigError
+from seqrec.training.policy import apply_device_tiers, apply_short_budget, as_trained, refit_config
 
 
 def test_defaults_file_then_overrides(tmp_path: Path) -> None:
@@ -302,7 +299,7 @@ def test_refit_needs_a_run_chosen_on_validation() -> None:
 def test_a_recipe_fits_its_sizes_to_the_data_and_an_explicit_size_wins() -> None:
     import numpy as np
 
-    from seqrec.config import adapt_to_data
+    from seqrec.training.policy import adapt_to_data
 
     cfg = load_config(RunConfig, "sasrec-ce")
     assert cfg.adapt == ("max_len", "batch_size", "loss")

@@ -14,17 +14,10 @@ import pytest
 import torch
 
 import seqrec
-from seqrec.config import (
-    LARGE_CATALOGUE,
-    RunConfig,
-    adapt_to_data,
-    default_config,
-    load_config,
-    refit_config,
-    sampled_negatives,
-)
+from seqrec.config import RunConfig, default_config, load_config
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import ConfigError
+from seqrec.training.policy import LARGE_CATALOGUE, adapt_to_data, refit_config, sampled_negatives
 from seqrec.training.rundir import RunDir
 
 pd = pytest.importorskip("pandas")  # the dev extra installs it; seqrec itself does not need it

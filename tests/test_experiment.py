@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from seqrec.cli import main
-from seqrec.config import RunConfig, as_trained, load_config
+from seqrec.config import RunConfig, load_config
 from seqrec.errors import ConfigError
 from seqrec.evaluation.protocols import evaluate_split
 from seqrec.experiments.spec import _value, load_spec, run_experiment, spec_names
+from seqrec.training.policy import as_trained
 from seqrec.training.rundir import RunDir
 
 BASE = """model = "sasrec"

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from seqrec.config import RunConfig, load_config, refit_config
+from seqrec.config import RunConfig, load_config
 from seqrec.data.prepared import PreparedDataset, prepare_frame
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import ConfigError
@@ -22,6 +22,7 @@ from seqrec.serving.export import export_run
 from seqrec.serving.recommender import Recommender
 from seqrec.training.checkpoint import build_model, load_run
 from seqrec.training.fit import fit
+from seqrec.training.policy import refit_config
 from seqrec.training.rundir import RunDir
 
 # Sizes that keep each model tiny; a model not named here is tried with its defaults.

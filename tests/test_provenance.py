@@ -12,11 +12,12 @@ from types import ModuleType
 
 import pytest
 
-from seqrec.config import RunConfig, as_trained, config_diff, from_dict
+from seqrec.config import RunConfig, config_diff, from_dict
 from seqrec.data.prepared import PreparedDataset, prepare_frame
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import ConfigError
 from seqrec.provenance import ISA_FLAGS, machine
+from seqrec.training.policy import as_trained
 from seqrec.training.rundir import RunDir, load_tensors
 
 

@@ -34,20 +34,14 @@ from typing import Any
 import polars as pl
 import torch
 
-from seqrec.config import (
-    ANY_LOG_ADAPT,
-    RunConfig,
-    default_config,
-    load_config,
-    refit_config,
-    validate,
-)
+from seqrec.config import RunConfig, default_config, load_config, validate
 from seqrec.data.frames import FRAME_KINDS, as_kind, frame_kind
 from seqrec.data.prepared import PreparedDataset, prepare
 from seqrec.errors import ConfigError, SeqrecError
 from seqrec.models.registry import entry
 from seqrec.outputs import check_out_dir, check_out_file
 from seqrec.serving.recommender import MODEL, POPULARITY, Recommender
+from seqrec.training.policy import ANY_LOG_ADAPT, refit_config
 from seqrec.training.rundir import RunDir
 from seqrec.training.validation import validate as validate_training
 

@@ -10,18 +10,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from seqrec.config import (
-    RunConfig,
-    apply_device_tiers,
-    device_tiers,
-    load_config,
-    short_budget_tiers,
-    speed_tiers,
-)
+from seqrec.config import RunConfig, load_config
 from seqrec.data import download
 from seqrec.data.prepared import PreparedDataset, prepare
 from seqrec.errors import ConfigError
 from seqrec.evaluation.reference import is_papers_ml1m
+from seqrec.training.policy import apply_device_tiers, device_tiers, short_budget_tiers, speed_tiers
 from seqrec.training.rundir import RunDir
 
 DATA_DIR_ENV = "SEQREC_DATA_DIR"  # a folder laid out like shared/data (benchmarks, main job)

@@ -17,7 +17,7 @@ from seqrec.cli.common import (
     _say_short_budget,
     _source_data,
 )
-from seqrec.config import ANY_LOG_ADAPT, RunConfig, refit_config
+from seqrec.config import RunConfig
 from seqrec.data.prepared import PreparedDataset, prepare
 from seqrec.data.split import TrainOn
 from seqrec.errors import ConfigError
@@ -25,6 +25,7 @@ from seqrec.evaluation.report import metrics_table, run_label
 from seqrec.models import registry
 from seqrec.training.distributed import on_main, process_group, ranks
 from seqrec.training.fit import check_run_out, fit
+from seqrec.training.policy import ANY_LOG_ADAPT, refit_config
 from seqrec.training.rundir import RunDir
 from seqrec.training.setup import resolve_device
 from seqrec.training.validation import validate

@@ -24,13 +24,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from seqrec.config import (
-    RunConfig,
-    adapt_to_data,
-    apply_device_tiers,
-    apply_short_budget,
-    speed_tiers,
-)
+from seqrec.config import RunConfig
 from seqrec.data.prepared import PreparedDataset
 from seqrec.errors import ConfigError
 from seqrec.evaluation.protocols import PROTOCOLS, evaluate_split, parse_protocols
@@ -47,7 +41,14 @@ from seqrec.training.distributed import (
     ranks,
 )
 from seqrec.training.loop import _LoopState, _test_splits, _train
-from seqrec.training.policy import _decided, epochs_bought
+from seqrec.training.policy import (
+    _decided,
+    adapt_to_data,
+    apply_device_tiers,
+    apply_short_budget,
+    epochs_bought,
+    speed_tiers,
+)
 from seqrec.training.run_checks import judge
 from seqrec.training.rundir import RunDir
 from seqrec.training.setup import Training, _init_state, resolve_device, setup, torch_settings
@@ -136,7 +137,8 @@ def train_or_reuse(
     one line naming the differing keys. `ds` may be a function that prepares the data, called
     only when there is training to do (sweeps and benchmarks that reuse finished runs). `trust`:
     reuse a finished run without a manifest (one of an older seqrec)."""
-    from seqrec.config import as_trained, config_diff
+    from seqrec.config import config_diff
+    from seqrec.training.policy import as_trained
 
     run = RunDir(out, trust=trust)
     if run.started:

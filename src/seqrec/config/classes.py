@@ -1,4 +1,5 @@
-"""Frozen configuration dataclasses, loaded from defaults -> TOML file -> dotted CLI overrides.
+"""Frozen configuration dataclasses, and the values read into them (types, durations, dotted
+overrides).
 
 Each key has one home for its default (the dataclass field). Unknown keys and values of the
 wrong type are errors, never silently ignored.
@@ -8,45 +9,26 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import math
 import tomllib
 import types
 import typing
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from seqrec.data.settings import DataConfig, EvalConfig
 from seqrec.data.split import TrainOn
 from seqrec.errors import ConfigError
-from seqrec.files import bound, read_checked
 
 __all__ = [
-    "DataConfig",
-    "ANY_LOG_ADAPT",
-    "LARGE_CATALOGUE",
-    "EvalConfig",
     "RunConfig",
     "ShortBudget",
     "TrainConfig",
-    "adapt_to_data",
-    "apply_device_tiers",
-    "apply_short_budget",
-    "as_trained",
     "config_diff",
-    "config_names",
     "default_config",
-    "device_tiers",
+    "dotted_key",
     "from_dict",
-    "load_config",
     "parse_duration",
     "parse_override",
-    "refit_config",
-    "resolve_config",
-    "sampled_negatives",
-    "short_budget_tiers",
-    "speed_tiers",
 ]
 
 
@@ -223,7 +205,7 @@ class ShortBudget:
 
     def keys(self) -> list[str]:
         """The dotted keys `set` changes."""
-        return [_dotted_key(text) for text in self.set]
+        return [dotted_key(text) for text in self.set]
 
     def without(self, keys: typing.Collection[str]) -> ShortBudget:
         """The same tier, less the settings of `keys` (keys given explicitly win)."""
@@ -372,13 +354,6 @@ def default_config(model: str = "bert4rec") -> RunConfig:
     return RunConfig(model=model, train=train)
 
 
-# What a model's defaults fit to the data when no recipe is named (`seqrec train MODEL`
-# without --config, `seqrec.Model(name)`): its history length, batch and loss, as the recipes
-# for any log do (`adapt_to_data`; an explicit value wins). The override that asks for it, put
-# before the others.
-ANY_LOG_ADAPT = 'adapt=["max_len", "batch_size", "loss"]'
-
-
 def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in data.items():
@@ -502,7 +477,7 @@ def from_dict(
     return cls(**kwargs)
 
 
-def _dotted_key(text: str) -> str:
+def dotted_key(text: str) -> str:
     """The key of a `section.key=value` override, dotted ("bert4rec.max_len")."""
     return ".".join(parse_override(text)[0])
 
@@ -520,427 +495,4 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.strip().split("."), value
 
 
-CONFIG_DIR = Path(__file__).parent / "configs"  # the shipped configs, e.g. ml-1m-bert4rec.toml
-
-
-def config_names() -> list[str]:
-    return sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
-
-
-def resolve_config(name_or_path: str | Path) -> Path:
-    """A TOML file path, or the name of a shipped config (`ml-1m-bert4rec`)."""
-    p = Path(name_or_path)
-    if p.exists():
-        return p
-    shipped = CONFIG_DIR / f"{p.name.removesuffix('.toml')}.toml"
-    if p.parent == Path(".") and shipped.exists():
-        return shipped
-    raise ConfigError(
-        f"{name_or_path}: no such config file, and not a shipped config "
-        f"({', '.join(config_names())})"
-    )
-
-
-def _merge(dst: dict[str, Any], src: dict[str, Any]) -> None:
-    for k, v in src.items():
-        if isinstance(v, dict) and isinstance(dst.get(k), dict):
-            _merge(dst[k], v)
-        else:
-            dst[k] = v
-
-
-def load_config(
-    cls: type[T],
-    path: str | Path | None = None,
-    overrides: typing.Sequence[str] = (),
-    *,
-    base: T | None = None,
-) -> T:
-    """Defaults (or `base`), then the TOML file (a path or a shipped config's name), then each
-    `section.key=value` override. For a RunConfig without `base` the defaults are those of the
-    model the file or the overrides name (`default_config`). A RunConfig's short-budget tiers
-    lose the settings of the keys given in `overrides` (explicit keys win)."""
-    cfg = _layered(cls, path, overrides, base)
-    if isinstance(cfg, RunConfig) and cfg.adapt and overrides:  # an explicit size wins
-        explicit = {_ADAPTED_BY.get(_dotted_key(t).rsplit(".", 1)[-1]) for t in overrides}
-        kept = tuple(a for a in cfg.adapt if a not in explicit)
-        cfg = dataclasses.replace(cfg, adapt=kept)
-    if isinstance(cfg, RunConfig) and cfg.short_budget:
-        return _short_budget_checked(cfg, overrides, path)  # type: ignore[return-value]
-    return cfg
-
-
-def _layered(
-    cls: type[T], path: str | Path | None, overrides: typing.Sequence[str], base: T | None
-) -> T:
-    """`load_config`'s layers: defaults or `base`, the file, the overrides."""
-    layer: dict[str, Any] = {}
-    if path is not None:
-        p = resolve_config(path)
-        if not p.exists() and not p.is_symlink():
-            raise ConfigError(f"{p}: config file not found")
-        try:
-            layer = tomllib.loads(read_checked(p, bound("config")).decode())
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{p}: not valid TOML ({e})") from None
-    for text in overrides:
-        keys, value = parse_override(text)
-        node = layer
-        for k in keys[:-1]:
-            node = node.setdefault(k, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"override {text!r}: {k} is not a section")
-        node[keys[-1]] = value
-    if base is None and cls is RunConfig:
-        try:
-            base = default_config(str(layer.get("model", "bert4rec")))  # type: ignore[assignment]
-        except ConfigError as err:
-            raise ConfigError(f"{path}: {err}" if path is not None else str(err)) from None
-    data: dict[str, Any] = {}
-    if isinstance(base, RunConfig):
-        data = base.to_dict()
-        if layer.get("model", base.model) != base.model:  # another model: not its sections
-            data = {k: v for k, v in data.items() if k in _RUN_KEYS}
-    elif base is not None:
-        data = dataclasses.asdict(base)  # type: ignore[call-overload]
-    _merge(data, layer)
-    return from_dict(cls, data, str(path) if path else "config")
-
-
-def _short_budget_checked(
-    cfg: RunConfig, overrides: typing.Sequence[str], path: str | Path | None
-) -> RunConfig:
-    """`cfg` less the short-budget settings of the keys given explicitly (they win), the tiers'
-    settings checked now rather than when a short run first applies them."""
-    if overrides:
-        explicit = {_dotted_key(text) for text in overrides}
-        tiers = tuple(tier.without(explicit) for tier in cfg.short_budget)
-        cfg = dataclasses.replace(cfg, short_budget=tiers)
-    for tier in cfg.short_budget:
-        try:
-            _layered(RunConfig, None, tier.set, cfg)
-        except ConfigError as err:
-            raise ConfigError(f"{path or 'config'}: short_budget.set: {err}") from None
-    return cfg
-
-
-def short_budget_tiers(cfg: RunConfig) -> list[ShortBudget]:
-    """The minutes tiers `cfg`'s time budget is under and that are not applied yet."""
-    if not cfg.train.time_budget:
-        return []
-    budget = parse_duration(cfg.train.time_budget)
-    return [
-        tier
-        for tier in cfg.short_budget
-        if not tier.applied and tier.set and tier.minutes and budget < 60 * tier.minutes
-    ]
-
-
-def speed_tiers(cfg: RunConfig) -> list[ShortBudget]:
-    """The epochs tiers of `cfg` not decided yet (a run times its machine to decide them)."""
-    if not cfg.train.time_budget:
-        return []
-    return [t for t in cfg.short_budget if t.epochs and t.set and t.bought is None]
-
-
-def device_tiers(cfg: RunConfig) -> list[ShortBudget]:
-    """The device tiers of `cfg` not decided yet (a run decides them by its device)."""
-    return [t for t in cfg.short_budget if t.device and t.set and t.on is None]
-
-
-def apply_device_tiers(cfg: RunConfig, device: str) -> RunConfig:
-    """`cfg` as a run on a `device` ("cpu", "cuda") trains it: the settings of each undecided
-    device tier of that device applied, in order; every undecided device tier then records the
-    device (`on`) and whether it applied. Decided before the other tiers (an epochs tier times
-    the config with them)."""
-    return _decide_devices(cfg, lambda tier: tier.device == device, device)
-
-
-def _decide_devices(cfg: RunConfig, due: Callable[[ShortBudget], bool], device: str) -> RunConfig:
-    pending = device_tiers(cfg)
-    if not pending:
-        return cfg
-    tiers: list[ShortBudget] = []
-    settings: list[str] = []
-    for tier in cfg.short_budget:
-        if tier in pending:
-            tier = dataclasses.replace(tier, applied=due(tier), on=device)
-            settings += tier.set if tier.applied else ()
-        tiers.append(tier)
-    return dataclasses.replace(_layered(RunConfig, None, settings, cfg), short_budget=tuple(tiers))
-
-
-def apply_short_budget(
-    cfg: RunConfig, bought: Callable[[RunConfig], float] | None = None
-) -> RunConfig:
-    """`cfg` as a run trains it: the settings of each short-budget tier that is due applied, in
-    order (those tiers marked `applied`); else `cfg` itself. An epochs tier is decided by
-    `bought(cfg)`, the epochs `cfg`'s budget buys (called once, only when there is such a tier
-    to decide), which the tier records; without `bought` it is left undecided."""
-    measured: list[float] = []
-
-    def decide(tier: ShortBudget) -> tuple[bool, float] | None:
-        if bought is None:
-            return None
-        if not measured:
-            measured.append(float(f"{bought(cfg):.4g}"))  # as the run's config records it
-        return measured[0] < tier.epochs, measured[0]
-
-    return _applied(cfg, decide)
-
-
-def _applied(
-    cfg: RunConfig, decide: Callable[[ShortBudget], tuple[bool, float] | None]
-) -> RunConfig:
-    """`cfg` with its due minutes tiers applied, and its undecided epochs tiers as `decide`
-    says (due, and the epochs bought; None: left undecided)."""
-    minute_tiers, pending = short_budget_tiers(cfg), speed_tiers(cfg)
-    tiers: list[ShortBudget] = []
-    settings: list[str] = []
-    for tier in cfg.short_budget:
-        if tier in minute_tiers:
-            tier = dataclasses.replace(tier, applied=True)
-            settings += tier.set
-        elif tier in pending and (decision := decide(tier)) is not None:
-            due, epochs = decision
-            tier = dataclasses.replace(tier, applied=due, bought=epochs)
-            settings += tier.set if due else ()
-        tiers.append(tier)
-    if tuple(tiers) == cfg.short_budget:
-        return cfg
-    return dataclasses.replace(_layered(RunConfig, None, settings, cfg), short_budget=tuple(tiers))
-
-
-# The catalogue size above which `adapt = ["loss"]` trains a sampled softmax: between the
-# synthetic long-tail log's 29,994 items, where the full softmax won at 5 minutes, and
-# Beauty's 54,542, where it lost (benchmarks/results/recipes/recipes.md, 2 CPU cores).
-LARGE_CATALOGUE = 32_768
-
-
-def sampled_negatives(n_items: int) -> int:
-    """The items a sampled softmax draws per batch for a catalogue of `n_items`: a 16th of the
-    catalogue, between 2,048 and 8,192 (Beauty's 54,542 items: 3,408, near the 3,000 of its
-    measured recipe, docs/design/evaluation.md)."""
-    return min(8192, max(2048, n_items // 16))
-
-
-_ADAPT_ITEMS = 20_000  # a recipe's batch is kept up to this many items, then halved per doubling
-_ADAPT_MIN_BATCH = 32
-_ADAPT_MIN_LEN = 16
-
-
-def adapt_to_data(
-    cfg: RunConfig, lengths: typing.Sequence[int] | Any, n_items: int
-) -> tuple[RunConfig, list[str]]:
-    """`cfg` with the sizes its `adapt` list names fitted to a log whose users' training
-    histories have `lengths` over `n_items` items, `adapt` then empty (what the run's config
-    records); and one phrase per fitted size. The recipe's value is the upper bound:
-
-    - `max_len` (the model section's): the 95th percentile of the history lengths, rounded up
-      to a multiple of 8, at least 16: a model reads no more positions than nearly every user
-      has (attention's cost grows with the square of the width);
-    - `loss`: a full softmax ("ce") up to `LARGE_CATALOGUE` items; beyond, a softmax over
-      `sampled_negatives(n_items)` items drawn uniformly per batch and shared by its positions,
-      logQ-corrected (so that it estimates the full softmax): the full softmax's cost per
-      sequence grows with the catalogue, and beyond this size it buys too few updates
-      (docs/guide.md, "Recipes for your own log");
-    - `batch_size` (a full softmax only): the recipe's up to 20,000 items, halved for every
-      doubling beyond, at least 32: the full-softmax cost of a sequence grows with the
-      catalogue, so a smaller batch keeps the number of updates a budget buys.
-    """
-    import numpy as np
-
-    said: list[str] = []
-    out = cfg
-    if "loss" in cfg.adapt and cfg.train.loss == "ce" and n_items > LARGE_CATALOGUE:
-        k = sampled_negatives(n_items)
-        train = dataclasses.replace(
-            cfg.train, loss="sampled_softmax", n_negatives=k, negatives_per="batch", logq=True
-        )
-        out = dataclasses.replace(out, train=train)
-        said.append(
-            f"train.loss sampled_softmax over {k:,} items a batch, logQ-corrected "
-            f"({n_items:,} items > {LARGE_CATALOGUE:,})"
-        )
-    if "max_len" in cfg.adapt:
-        name = next((n for n, s in cfg.sections if hasattr(s, "max_len")), None)
-        if name is not None:
-            cap = getattr(cfg, name).max_len
-            p95 = float(np.percentile(np.asarray(lengths), 95)) if len(lengths) else 0.0
-            value = int(min(cap, max(_ADAPT_MIN_LEN, 8 * math.ceil(p95 / 8))))
-            out = out.replace_section(name, max_len=value)
-            said.append(f"{name}.max_len {value} (95 % of histories hold <= {p95:.0f} items)")
-    if "batch_size" in cfg.adapt and out.train.loss == "ce":
-        batch = cfg.train.batch_size
-        while batch > _ADAPT_MIN_BATCH and batch * n_items > cfg.train.batch_size * _ADAPT_ITEMS:
-            batch //= 2
-        batch = min(cfg.train.batch_size, max(batch, _ADAPT_MIN_BATCH))
-        out = dataclasses.replace(out, train=dataclasses.replace(out.train, batch_size=batch))
-        said.append(f"train.batch_size {batch} ({n_items:,} items)")
-    return dataclasses.replace(out, adapt=()), said
-
-
-def _as_adapted(cfg: RunConfig, like: RunConfig) -> RunConfig:
-    """`cfg`'s adapted sizes as the run `like` fitted them (it recorded the values)."""
-    out = cfg
-    if "max_len" in cfg.adapt:
-        for name, section in cfg.sections:
-            if hasattr(section, "max_len") and hasattr(like, name):
-                out = out.replace_section(name, max_len=getattr(like, name).max_len)
-    if "batch_size" in cfg.adapt:
-        out = dataclasses.replace(
-            out, train=dataclasses.replace(out.train, batch_size=like.train.batch_size)
-        )
-    if "loss" in cfg.adapt:
-        keys = ("loss", "n_negatives", "negatives_per", "logq")
-        train = dataclasses.replace(out.train, **{k: getattr(like.train, k) for k in keys})
-        out = dataclasses.replace(out, train=train)
-    return dataclasses.replace(out, adapt=())
-
-
-def as_trained(cfg: RunConfig, like: RunConfig | None = None) -> RunConfig:
-    """The settings a run of `cfg` trains with: its short-budget settings applied where they
-    apply, and the tiers then left out. Two configs that train the same model compare equal
-    through it, so a finished run is reused. An epochs tier depends on the machine's speed:
-    with `like` (the recorded config of a run that decided it) it is due where `like` applied a
-    tier of the same settings; else it is left out. Sizes fitted to the data (`adapt`) are
-    `like`'s, or left as the recipe's without it."""
-    if like is None:
-        return dataclasses.replace(_applied(cfg, lambda tier: None), short_budget=(), adapt=())
-    cfg = _as_adapted(cfg, like)
-    done = {t.set for t in like.short_budget if t.applied}
-    cfg = _decide_devices(cfg, lambda tier: tier.set in done, "as recorded")
-    decided = _applied(cfg, lambda tier: (tier.set in done, math.nan))
-    return dataclasses.replace(decided, short_budget=())
-
-
-def refit_config(
-    cfg: RunConfig,
-    best_epoch: int,
-    lr_reductions: typing.Sequence[int] = (),
-    train_on: TrainOn = "train+valid",
-) -> RunConfig:
-    """The config that trains a finished run's `cfg` again on the training and the validation
-    items: for the `best_epoch + 1` epochs (0-based `best_epoch`) its validation chose, with its
-    schedule fitted to those epochs (a budget's decay becomes a decay over them; a plateau
-    schedule lowers the rate after the epochs the run lowered it, `lr_reductions`), no time
-    budget, nothing validated, its tiers and its sizes as it trained them. What the test then
-    measures was chosen on validation; the validation items are trained on (the state to serve,
-    or the original BERT4Rec code's `train+valid` protocol without its selection on the test
-    split); `train_on="all"`: on every item, the test ones too (the state to serve, tested on
-    nothing)."""
-    t = cfg.train
-    if t.train_on != "train":
-        raise ConfigError(
-            f'refit: the run trained on train.train_on = "{t.train_on}", so nothing chose its '
-            "epochs on validation; refit a run trained on the training part"
-        )
-    if best_epoch < 0:
-        raise ConfigError(f"refit: the run has no chosen epoch (best epoch {best_epoch})")
-    train = dataclasses.replace(
-        t,
-        train_on=train_on,
-        time_budget=None,
-        max_epochs=best_epoch + 1,
-        max_steps=0,
-        decay="epochs" if t.decay == "budget" else t.decay,
-        patience=0,
-        plateau_at=tuple(e for e in lr_reductions if e < best_epoch),
-    )
-    return dataclasses.replace(as_trained(cfg), train=train)
-
-
 # ------------------------------------------------------------------------------------ ranges
-
-# A key's valid range wherever it appears (any section): (low, high, low_open, high_open), None
-# for no bound. Checked by `validate` before a run writes anything and when a run directory's
-# config is read back, so that an edited run config is one line, not a crash or an allocation.
-# Sizes have upper bounds too, so that no number builds for minutes or asks for memory before
-# seqrec.training.sizes can weigh the whole config: widths up to 65,536, layers up to 256,
-# histories up to 65,536 items; the memory a config asks for is bounded by seqrec.training.sizes.
-_MAX_WIDTH = 65536
-_RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = {
-    "d_model": (1, _MAX_WIDTH, False, False),
-    "n_heads": (1, 1024, False, False),
-    "n_layers": (0, 256, False, False),
-    "max_len": (1, 65536, False, False),
-    "hidden": (1, _MAX_WIDTH, False, False),
-    "factors": (1, _MAX_WIDTH, False, False),
-    "n_h": (0, _MAX_WIDTH, False, False),
-    "n_v": (0, _MAX_WIDTH, False, False),
-    "window": (1, 1024, False, False),
-    "max_predictions": (1, 65536, False, False),
-    "bucket_batches": (0, None, False, False),
-    "dropout": (0, 1, False, True),
-    "attn_dropout": (0, 1, False, True),
-    "mask_prob": (0, 1, True, False),
-    "last_item_ratio": (0, 1, False, False),
-    "sliding_step": (0, 1, False, False),
-    "init_std": (0, None, False, False),
-    "lr": (0, None, False, False),
-    "beta1": (0, 1, False, True),
-    "beta2": (0, 1, False, True),
-    "eps": (0, None, False, False),
-    "weight_decay": (0, None, False, False),
-    "warmup_steps": (0, None, False, False),
-    "max_epochs": (1, None, False, False),
-    "max_steps": (0, None, False, False),
-    "decay_start": (0, 1, False, True),
-    "plateau_patience": (1, None, False, False),
-    "plateau_factor": (0, 1, True, True),
-    "batch_size": (1, 1 << 20, False, False),
-    "clip_norm": (0, None, False, False),
-    "n_negatives": (0, 1 << 24, False, False),  # how many a loss needs: checked with the loss
-    "gbce_t": (0, 1, False, False),
-    "bpreg": (0, None, False, False),
-    "eval_every": (1, None, False, False),
-    "checkpoint_every": (1, None, False, False),
-    "prefetch": (0, 256, False, False),
-    "patience": (0, None, False, False),
-    "threads": (0, 4096, False, False),
-    "seed": (0, None, False, False),
-    "negative_seed": (0, None, False, False),
-    "sample_users": (0, None, False, False),
-    "min_user_interactions": (1, None, False, False),
-    "min_item_interactions": (1, None, False, False),
-}
-
-
-def _in_range(
-    where: str, value: float, rule: tuple[float | None, float | None, bool, bool]
-) -> None:
-    low, high, low_open, high_open = rule
-    bad = (low is not None and (value < low or (low_open and value == low))) or (
-        high is not None and (value > high or (high_open and value == high))
-    )
-    if bad:
-        if high is None:
-            span = f"{'>' if low_open else '>='} {low:g}"
-        else:
-            lo = "-inf" if low is None else f"{low:g}"
-            hi = f"{high:d}" if isinstance(high, int) else f"{high:g}"
-            span = f"in {'(' if low_open else '['}{lo}, {hi}{')' if high_open else ']'}"
-        raise ConfigError(f"{where} must be {span}, got {value!r}")
-
-
-def validate(cfg: RunConfig, where: str = "config") -> RunConfig:
-    """Check every value of `cfg` against its range (one ConfigError line naming the key): every
-    number finite, the sizes and rates of `_RANGES`, attention widths divisible by their heads.
-    The one range check, run before a training writes anything and when a run is loaded."""
-    sections = [("data", cfg.data), ("eval", cfg.eval), ("train", cfg.train), *cfg.sections]
-    for name, section in sections:
-        for f in dataclasses.fields(section):
-            value = getattr(section, f.name)
-            key = f"{where}: {name}.{f.name}"
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                continue
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ConfigError(f"{key} must be a finite number, got {value!r}")
-            if f.name in _RANGES:
-                _in_range(key, value, _RANGES[f.name])
-        heads, width = getattr(section, "n_heads", None), getattr(section, "d_model", None)
-        if isinstance(heads, int) and isinstance(width, int) and width % heads:
-            raise ConfigError(
-                f"{where}: {name}.d_model ({width}) must be a multiple of n_heads ({heads})"
-            )
-    return cfg
