@@ -17,7 +17,7 @@ import argparse
 from typing import Any
 
 from _common import budgeted_row, paper_ml1m, runs_dir, train_or_reuse, write_results
-from seqrec.data.prepared import prepare
+from seqrec.data.prepare import prepare
 from seqrec.evaluation.reference import PAPER_BASELINES_ML1M, PAPER_BASELINES_ML1M_UNI100
 
 POP = "train.negative_sampling=popularity"

@@ -17,7 +17,7 @@ import argparse
 from typing import Any
 
 from _common import budgeted_row, paper_beauty, runs_dir, train_or_reuse, write_results
-from seqrec.data.prepared import prepare
+from seqrec.data.prepare import prepare
 from seqrec.evaluation.protocols import evaluate_split
 from seqrec.evaluation.reference import PAPER_ROWS_BEAUTY
 from seqrec.models.baselines import Popularity

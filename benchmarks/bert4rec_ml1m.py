@@ -17,7 +17,7 @@ from pathlib import Path
 from _common import paper_ml1m, train_or_reuse, write_results
 from seqrec.config import RunConfig, load_config
 from seqrec.data import download
-from seqrec.data.prepared import prepare
+from seqrec.data.prepare import prepare
 from seqrec.evaluation.protocols import evaluate_split
 from seqrec.evaluation.report import metrics_table
 from seqrec.models.baselines import Popularity

@@ -22,7 +22,8 @@ from typing import Any
 
 from _common import write_results
 from seqrec.cli.common import _source_data
-from seqrec.data.prepared import PreparedDataset, draw_seeds, prepare
+from seqrec.data.prepare import prepare
+from seqrec.data.prepared import PreparedDataset, draw_seeds
 from seqrec.evaluation.protocols import evaluate_split
 from seqrec.evaluation.reference import paper_table
 from seqrec.training.checkpoint import load_run

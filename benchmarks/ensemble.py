@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from _common import budgeted_row, paper_beauty, paper_ml1m, runs_dir, train_or_reuse, write_results
-from seqrec.data.prepared import PreparedDataset, prepare
+from seqrec.data.prepare import prepare
+from seqrec.data.prepared import PreparedDataset
 from seqrec.evaluation.protocols import PROTOCOLS, evaluate_split
 from seqrec.experiments.ensemble import Ensemble, choose_weights
 

@@ -33,7 +33,7 @@ import torch
 
 from _common import paper_beauty, paper_ml1m, write_results
 from seqrec.config import RunConfig, load_config
-from seqrec.data.prepared import prepare
+from seqrec.data.prepare import prepare
 from seqrec.evaluation.protocols import evaluate_split
 from seqrec.training.setup import ModelScorer, setup
 

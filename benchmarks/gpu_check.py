@@ -176,7 +176,7 @@ def throughput(
     import torch
 
     from seqrec.config import RunConfig, load_config
-    from seqrec.data.prepared import prepare
+    from seqrec.data.prepare import prepare
     from seqrec.training.loop import LOSS_READ_EVERY, _epochs, prefetched
     from seqrec.training.setup import resolve_device, setup, torch_settings
 

@@ -24,7 +24,7 @@ import torch
 
 from _common import paper_ml1m
 from seqrec.config import RunConfig, load_config
-from seqrec.data.prepared import prepare
+from seqrec.data.prepare import prepare
 from seqrec.training.setup import resolve_device, setup, torch_settings
 
 

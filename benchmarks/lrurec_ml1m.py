@@ -21,7 +21,8 @@ from typing import Any
 
 from _common import paper_ml1m, runs_dir, train_or_reuse, write_results
 from seqrec.config import RunConfig, load_config
-from seqrec.data.prepared import PreparedDataset, prepare
+from seqrec.data.prepare import prepare
+from seqrec.data.prepared import PreparedDataset
 from seqrec.training.setup import setup
 
 # the LRURec paper's ML-1M row (Yue et al., WSDM 2024; full ranking): NDCG@10 and Recall@10

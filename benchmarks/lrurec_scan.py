@@ -24,7 +24,8 @@ import torch
 
 from _common import paper_ml1m, write_results
 from seqrec.config import RunConfig, load_config
-from seqrec.data.prepared import PreparedDataset, prepare
+from seqrec.data.prepare import prepare
+from seqrec.data.prepared import PreparedDataset
 from seqrec.models.lrurec import SCAN_CHUNK, LRURec, _scan, _scan_chunked
 from seqrec.training.setup import setup
 

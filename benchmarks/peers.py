@@ -23,7 +23,7 @@ from typing import Any
 from _common import paper_ml1m, write_results
 from seqrec.config import RunConfig, load_config
 from seqrec.data import download
-from seqrec.data.prepared import prepare
+from seqrec.data.prepare import prepare
 from throughput import measure
 
 PEER_PACKAGES = ["torch==2.13.0", "recbole==1.2.1", "rectools[torch]==0.19.0"]

@@ -17,7 +17,7 @@ import numpy as np
 
 from _common import paper_beauty, write_results
 from seqrec.config import EvalConfig
-from seqrec.data.prepared import prepare
+from seqrec.data.prepare import prepare
 from seqrec.data.preprocess import kcore_mask
 from seqrec.evaluation.protocols import evaluate_split, item_popularity
 from seqrec.evaluation.reference import PAPER_ROWS_BEAUTY

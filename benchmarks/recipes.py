@@ -37,7 +37,8 @@ from _common import (
     write_results,
 )
 from seqrec.config import RunConfig, load_config
-from seqrec.data.prepared import PreparedDataset, prepare
+from seqrec.data.prepare import prepare
+from seqrec.data.prepared import PreparedDataset
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.evaluation.protocols import evaluate_split
 from seqrec.models.baselines.pop import Popularity

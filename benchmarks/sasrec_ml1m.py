@@ -15,7 +15,7 @@ from typing import Any
 
 from _common import paper_ml1m, runs_dir, train_or_reuse, write_results
 from seqrec.config import RunConfig, load_config
-from seqrec.data.prepared import prepare
+from seqrec.data.prepare import prepare
 from seqrec.evaluation.report import metrics_table
 
 # variant -> (shipped config, label in the tables, the published number it is compared with)

@@ -19,7 +19,7 @@ from typing import Any
 
 from _common import paper_ml1m, runs_dir, train_or_reuse, write_results
 from seqrec.config import RunConfig, load_config
-from seqrec.data.prepared import prepare
+from seqrec.data.prepare import prepare
 from seqrec.evaluation.protocols import PROTOCOLS
 from seqrec.training.checkpoint import load_run
 

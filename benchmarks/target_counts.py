@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from _common import paper_beauty, paper_ml1m, write_results
-from seqrec.data.prepared import prepare
+from seqrec.data.prepare import prepare
 from seqrec.data.split import LeaveOneOut
 
 AT_MOST = (0, 2, 5)  # "seen at most k times" columns

@@ -25,7 +25,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from _common import paper_beauty, paper_ml1m, write_results
 from seqrec.config import RunConfig, load_config
-from seqrec.data.prepared import prepare
+from seqrec.data.prepare import prepare
 from seqrec.training.setup import setup
 
 DEFAULT_CONFIGS = "ml-1m-bert4rec,ml-1m-sasrec,ml-1m-sasrec-ce"

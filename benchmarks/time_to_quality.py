@@ -25,7 +25,7 @@ from typing import Any
 
 from _common import paper_ml1m, results_stem, runs_dir, train_or_reuse, write_results
 from seqrec.config import RunConfig, load_config
-from seqrec.data.prepared import prepare
+from seqrec.data.prepare import prepare
 
 DEFAULT_MODELS = ("bert4rec:ml-1m-bert4rec", "sasrec:ml-1m-sasrec-ce")
 

@@ -71,7 +71,7 @@ def tiny_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     `movies.dat` beside it (titles "Movie <id>"); shared by the recommender, server and export
     tests. Returns {"data": ratings.dat, "sasrec": run dir, "bert4rec": run dir, "caser": ...}."""
     from seqrec.config import RunConfig, load_config
-    from seqrec.data.prepared import prepare
+    from seqrec.data.prepare import prepare
     from seqrec.data.synthetic import synthetic_interactions
     from seqrec.training.fit import fit
 

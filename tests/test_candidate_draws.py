@@ -15,7 +15,7 @@ def test_the_own_draw_gives_back_the_runs_numbers_and_the_others_differ(
     benchmark_script: Callable[[str], ModuleType], tmp_path: Path
 ) -> None:
     from seqrec.config import RunConfig, load_config
-    from seqrec.data.prepared import prepare
+    from seqrec.data.prepare import prepare
     from seqrec.data.synthetic import synthetic_interactions
     from seqrec.training.fit import fit
 

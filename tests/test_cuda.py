@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from seqrec.config import RunConfig, from_dict
-from seqrec.data.prepared import PreparedDataset, prepare_frame
+from seqrec.data.prepare import prepare_frame
+from seqrec.data.prepared import PreparedDataset
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.training.fit import fit
 

@@ -13,7 +13,8 @@ import pytest
 
 from seqrec.cli import main
 from seqrec.config import EvalConfig
-from seqrec.data.prepared import draw_seeds, prepare
+from seqrec.data.prepare import prepare
+from seqrec.data.prepared import draw_seeds
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.evaluation.protocols import evaluate_split
 from seqrec.models.baselines import Popularity

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from seqrec.data.prepared import prepare
+from seqrec.data.prepare import prepare
 from seqrec.evaluation.protocols import evaluate_split, item_popularity
 from seqrec.evaluation.reference import PAPER_ROWS_BEAUTY
 from seqrec.models.baselines import Popularity

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from seqrec.data.io import read_movielens_dat, read_user_item_txt
-from seqrec.data.prepared import prepare
+from seqrec.data.prepare import prepare
 from seqrec.data.preprocess import preprocess
 from seqrec.evaluation.protocols import evaluate_split
 from seqrec.evaluation.reference import PAPER_ROWS

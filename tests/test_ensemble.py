@@ -105,7 +105,7 @@ def test_runs_rank_together_and_runs_of_other_items_are_refused(
     np.testing.assert_array_equal(alone.ranks["full"], direct.ranks["full"])
     # a run trained on another log: other items
     from seqrec.config import RunConfig, load_config
-    from seqrec.data.prepared import prepare
+    from seqrec.data.prepare import prepare
     from seqrec.data.synthetic import synthetic_interactions
     from seqrec.training.fit import fit
 

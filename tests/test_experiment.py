@@ -15,7 +15,8 @@ from seqrec.cli import main
 from seqrec.config import RunConfig, load_config
 from seqrec.errors import ConfigError
 from seqrec.evaluation.protocols import evaluate_split
-from seqrec.experiments.spec import _value, load_spec, run_experiment, spec_names
+from seqrec.experiments.run import _value, run_experiment
+from seqrec.experiments.spec import load_spec, spec_names
 from seqrec.training.policy import as_trained
 from seqrec.training.rundir import RunDir
 
@@ -81,7 +82,7 @@ def test_a_sweep_trains_each_point_once_and_writes_results_after_each(
 
 
 def test_a_rows_budget_cell_names_what_ended_its_training() -> None:
-    from seqrec.experiments.spec import _budget
+    from seqrec.experiments.run import _budget
 
     clock = {"train": {"time_budget": "20m", "max_epochs": 200, "max_steps": 0}}
     assert _budget(clock, {"stopped": "time_budget"}) == "20m"
@@ -402,7 +403,7 @@ def test_a_random_search_draws_its_points_from_the_space_with_its_seed(
 def test_an_ensemble_spec_adds_a_row_ranking_by_its_members_runs_together(
     tiny_runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from seqrec.data.prepared import prepare
+    from seqrec.data.prepare import prepare
     from seqrec.experiments.ensemble import Ensemble, weight_grid
     from seqrec.training.checkpoint import load_run
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from seqrec.data.prepared import prepare_frame
+from seqrec.data.prepare import prepare_frame
 from seqrec.data.synthetic import synthetic_interactions
 
 # The training process: prepared data and config from argv; it prints "ready" once imported.

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from seqrec.config import RunConfig, default_config, load_config
-from seqrec.data.prepared import PreparedDataset, prepare_frame
+from seqrec.data.prepare import prepare_frame
+from seqrec.data.prepared import PreparedDataset
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import ConfigError
 from seqrec.experiments.attention import attention_maps

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from seqrec.config import RunConfig, load_config
-from seqrec.data.prepared import PreparedDataset, prepare_frame
+from seqrec.data.prepare import prepare_frame
+from seqrec.data.prepared import PreparedDataset
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import ConfigError
 from seqrec.models.registry import MODELS

@@ -8,7 +8,8 @@ import polars as pl
 import pytest
 
 from seqrec.config import DataConfig, EvalConfig
-from seqrec.data.prepared import load_prepared, prepare
+from seqrec.data.prepare import prepare
+from seqrec.data.prepared import load_prepared
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import ConfigError, DataError
 

@@ -13,7 +13,8 @@ from types import ModuleType
 import pytest
 
 from seqrec.config import RunConfig, config_diff, from_dict
-from seqrec.data.prepared import PreparedDataset, prepare_frame
+from seqrec.data.prepare import prepare_frame
+from seqrec.data.prepared import PreparedDataset
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import ConfigError
 from seqrec.provenance import ISA_FLAGS, machine

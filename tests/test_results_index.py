@@ -99,7 +99,8 @@ def test_the_recorded_command_runs_again_as_it_was_given(
 
 
 def test_an_experiment_writes_the_same_schema(tiny_runs: dict[str, Path], tmp_path: Path) -> None:
-    from seqrec.experiments.spec import load_spec, run_experiment
+    from seqrec.experiments.run import run_experiment
+    from seqrec.experiments.spec import load_spec
 
     base = tmp_path / "base.toml"
     base.write_text(

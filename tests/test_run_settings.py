@@ -12,7 +12,7 @@ import pytest
 
 from seqrec.cli import main
 from seqrec.config import DataConfig, RunConfig, load_config
-from seqrec.data.prepared import prepare
+from seqrec.data.prepare import prepare
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.training.fit import fit
 from seqrec.training.rundir import RunDir

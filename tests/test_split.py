@@ -79,7 +79,8 @@ def test_the_time_split_trains_before_the_cut_and_holds_out_the_next_items_after
     import numpy as np
 
     from seqrec.config import DataConfig
-    from seqrec.data.prepared import load_prepared, prepare
+    from seqrec.data.prepare import prepare
+    from seqrec.data.prepared import load_prepared
 
     frame, rows = _hand_made_log()
     cfg = DataConfig(min_user_interactions=1, min_item_interactions=1, split="time", time_cut=100)
@@ -128,7 +129,7 @@ def test_a_time_split_without_a_cut_or_times_is_one_line(tmp_path: object) -> No
     from pathlib import Path
 
     from seqrec.config import DataConfig
-    from seqrec.data.prepared import prepare
+    from seqrec.data.prepare import prepare
     from seqrec.errors import ConfigError
 
     frame, _ = _hand_made_log()

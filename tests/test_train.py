@@ -15,7 +15,8 @@ import torch
 
 from seqrec.config import RunConfig, TrainConfig, from_dict
 from seqrec.data.batches import Batch
-from seqrec.data.prepared import PreparedDataset, prepare_frame
+from seqrec.data.prepare import prepare_frame
+from seqrec.data.prepared import PreparedDataset
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import ConfigError, TrainingError
 from seqrec.models.baselines import Popularity

@@ -13,7 +13,8 @@ import torch
 
 from seqrec.config import RunConfig, default_config, load_config
 from seqrec.data.batches import NextItemConfig, NextItemSampler
-from seqrec.data.prepared import PreparedDataset, prepare_frame
+from seqrec.data.prepare import prepare_frame
+from seqrec.data.prepared import PreparedDataset
 from seqrec.data.preprocess import Sequences
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import ConfigError

@@ -9,7 +9,8 @@ from seqrec.config import (
     load_config,
 )
 from seqrec.data.io import read_interactions
-from seqrec.data.prepared import PreparedDataset, load_prepared, prepare, prepare_frame
+from seqrec.data.prepare import prepare, prepare_frame
+from seqrec.data.prepared import PreparedDataset, load_prepared
 from seqrec.data.preprocess import Sequences, dataset_stats, preprocess
 from seqrec.data.split import LeaveOneOut, leave_one_out
 from seqrec.errors import ConfigError, DataError, DownloadError, SeqrecError

@@ -36,7 +36,8 @@ import torch
 
 from seqrec.config import RunConfig, default_config, load_config, validate
 from seqrec.data.frames import FRAME_KINDS, as_kind, frame_kind
-from seqrec.data.prepared import PreparedDataset, prepare
+from seqrec.data.prepare import prepare
+from seqrec.data.prepared import PreparedDataset
 from seqrec.errors import ConfigError, SeqrecError
 from seqrec.models.registry import entry
 from seqrec.outputs import check_out_dir, check_out_file

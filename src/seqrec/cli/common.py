@@ -12,7 +12,8 @@ from typing import Any
 
 from seqrec.config import RunConfig, load_config
 from seqrec.data import download
-from seqrec.data.prepared import PreparedDataset, prepare
+from seqrec.data.prepare import prepare
+from seqrec.data.prepared import PreparedDataset
 from seqrec.errors import ConfigError
 from seqrec.evaluation.reference import is_papers_ml1m
 from seqrec.training.policy import apply_device_tiers, device_tiers, short_budget_tiers, speed_tiers

@@ -17,7 +17,8 @@ from seqrec.cli.common import (
     _run_config,
     _settings_of_the_run,
 )
-from seqrec.data.prepared import PreparedDataset, draw_seeds, load_prepared, prepare
+from seqrec.data.prepare import prepare
+from seqrec.data.prepared import PreparedDataset, draw_seeds, load_prepared
 from seqrec.errors import ConfigError, SeqrecError
 from seqrec.evaluation.metrics import metric_names, paired_test
 from seqrec.evaluation.protocols import (

@@ -16,7 +16,8 @@ REPRODUCIBLE = ("bert4rec-table2", "sasrec-table3")  # `seqrec reproduce` names:
 def cmd_experiment(args: argparse.Namespace) -> int:
     """A declarative sweep (seqrec.experiments.spec): each point a run dir, results after each.
     `reproduce` is the same with a paper's table as the spec (and an optional budget per row)."""
-    from seqrec.experiments.spec import load_spec, run_experiment
+    from seqrec.experiments.run import run_experiment
+    from seqrec.experiments.spec import load_spec
 
     spec = load_spec(args.spec)
     if getattr(args, "time_budget", None):

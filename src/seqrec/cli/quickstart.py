@@ -20,7 +20,7 @@ from seqrec.config import (
     load_config,
 )
 from seqrec.data import download
-from seqrec.data.prepared import prepare, prepare_frame
+from seqrec.data.prepare import prepare, prepare_frame
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import DownloadError
 from seqrec.evaluation.protocols import evaluate_split

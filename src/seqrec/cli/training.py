@@ -18,7 +18,8 @@ from seqrec.cli.common import (
     _source_data,
 )
 from seqrec.config import RunConfig
-from seqrec.data.prepared import PreparedDataset, prepare
+from seqrec.data.prepare import prepare
+from seqrec.data.prepared import PreparedDataset
 from seqrec.data.split import TrainOn
 from seqrec.errors import ConfigError
 from seqrec.evaluation.report import metrics_table, run_label
