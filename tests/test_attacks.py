@@ -448,7 +448,7 @@ def test_tables_with_nested_or_mistyped_columns_are_one_data_error(
     import polars as pl
 
     import seqrec
-    from seqrec.data.io import read_table
+    from seqrec.data.tables import read_table
     from seqrec.errors import DataError
 
     df = pl.DataFrame({"user": [1, 1, 2, 2], "item": [1, 2, 3, 1], "timestamp": [1, 2, 3, 4]})

@@ -14,10 +14,9 @@ from seqrec.data.io import (
     read_movielens_csv,
     read_movielens_dat,
     read_steam_reviews,
-    read_table,
     read_user_item_txt,
-    scan_table,
 )
+from seqrec.data.tables import read_table, scan_table
 from seqrec.errors import DataError
 
 

@@ -17,7 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from seqrec.data.io import ReadLimits, read_interactions
+from seqrec.data.io import read_interactions
+from seqrec.data.reading import ReadLimits
 from seqrec.errors import DataError, SeqrecError
 
 

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from seqrec.cli import main
-from seqrec.config import _RANGES, RunConfig, TrainConfig, load_config
+from seqrec.config import RunConfig, TrainConfig, load_config
+from seqrec.config.ranges import _RANGES
 from seqrec.data.batches import ClozeSampler
 from seqrec.data.negatives import NegativeSampler
 from seqrec.data.preprocess import Sequences

@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from seqrec.data.io import INTERACTION_COLUMNS, check_column_types
+from seqrec.data.reading import INTERACTION_COLUMNS, check_column_types
 from seqrec.errors import DataError
 
 __all__ = [
