@@ -331,6 +331,15 @@ def cmd_attention(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: Any) -> None:
+    _evaluate_parser(sub)
+    _significance_parser(sub)
+    _compare_parser(sub)
+    _attention_parser(sub)
+    _plot_parser(sub)
+    _report_parser(sub)
+
+
+def _evaluate_parser(sub: Any) -> None:
     p = sub.add_parser("evaluate", help="evaluate a model under full / uni100 / pop100")
     p.add_argument("model", help="'pop', or a run directory from `seqrec train`")
     p.add_argument(
@@ -364,6 +373,8 @@ def add_parsers(sub: Any) -> None:
     _add_trust_flag(p)
     p.set_defaults(func=cmd_evaluate)
 
+
+def _significance_parser(sub: Any) -> None:
     p = sub.add_parser("significance", help="paired t-test and Wilcoxon between two rank files")
     p.add_argument("ranks_a")
     p.add_argument("ranks_b")
@@ -372,6 +383,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_significance)
 
+
+def _compare_parser(sub: Any) -> None:
     p = sub.add_parser("compare", help="runs side by side, every protocol, paired tests")
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="two or more run directories")
     p.add_argument("--data", help="the dataset (default: the first run's prepared data)")
@@ -383,6 +396,8 @@ def add_parsers(sub: Any) -> None:
     _add_trust_flag(p)
     p.set_defaults(func=cmd_compare)
 
+
+def _attention_parser(sub: Any) -> None:
     p = sub.add_parser(
         "attention", help="average attention heat-maps of the last positions (BERT4Rec Fig. 2)"
     )
@@ -394,6 +409,8 @@ def add_parsers(sub: Any) -> None:
     _add_trust_flag(p)
     p.set_defaults(func=cmd_attention)
 
+
+def _plot_parser(sub: Any) -> None:
     p = sub.add_parser("plot", help="the validation curves of runs, by epoch and by minutes")
     p.add_argument("runs", nargs="+", metavar="RUN_DIR")
     p.add_argument("--out", help="the PNG (default: curves.png in the first run)")
@@ -403,6 +420,8 @@ def add_parsers(sub: Any) -> None:
     )
     p.set_defaults(func=cmd_plot)
 
+
+def _report_parser(sub: Any) -> None:
     p = sub.add_parser("report", help="one self-contained HTML page of trained runs")
     p.add_argument("runs", nargs="+", metavar="RUN_DIR")
     p.add_argument("--out", required=True, help="the HTML file, e.g. report.html")

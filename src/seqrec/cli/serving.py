@@ -167,6 +167,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: Any) -> None:
+    _recommend_parser(sub)
+    _serve_parser(sub)
+    _export_parser(sub)
+
+
+def _recommend_parser(sub: Any) -> None:
     p = sub.add_parser("recommend", help="top-k items for a history, a user, or a file of them")
     p.add_argument("run", metavar="RUN_DIR")
     p.add_argument("--history", help="item ids, oldest first: 1193,661,914 ('' = none)")
@@ -193,6 +199,8 @@ def add_parsers(sub: Any) -> None:
     _add_trust_flag(p)
     p.set_defaults(func=cmd_recommend)
 
+
+def _serve_parser(sub: Any) -> None:
     p = sub.add_parser("serve", help="serve a run over HTTP (needs the serve extra)")
     p.add_argument("run", metavar="RUN_DIR")
     p.add_argument("--host", default="127.0.0.1")
@@ -267,6 +275,8 @@ def add_parsers(sub: Any) -> None:
     _add_trust_flag(p)
     p.set_defaults(func=cmd_serve)
 
+
+def _export_parser(sub: Any) -> None:
     p = sub.add_parser("export", help="export a run's model (ONNX or TorchScript)")
     p.add_argument("run", metavar="RUN_DIR")
     p.add_argument("--format", choices=list(FORMATS), default="onnx")

@@ -154,25 +154,7 @@ def scan_table(
     except (pl.exceptions.PolarsError, OSError) as e:
         raise DataError(f"{path}: could not read as {expected} ({_first_line(e)})") from None
     line = 1 if parquet else 2  # the first row's line number
-    if first["rows"] == 0:
-        raise DataError(f"{path}: no records, expected {expected}")
-    limit = _limits().max_rows
-    if first["rows"] > limit:
-        raise DataError(
-            f"{path}: {first['rows']:,} rows, over the {limit:,} a reader takes "
-            "(SEQREC_MAX_ROWS raises the limit)"
-        )
-    for c in wanted:
-        if first[f"{c} missing"] is not None:
-            raise DataError(f"{path}:{first[f'{c} missing'] + line}: missing {c}")
-    datetimes = time_col is not None and first[f"{time_col} not int"] is not None
-    if datetimes and first[f"{time_col} bad"] is not None:
-        row = first[f"{time_col} bad"]
-        value = text.filter(pl.col("row") == row).select(time_col).collect().item()
-        raise DataError(
-            f"{path}:{row + line}: {time_col} {_shown(value)} is neither an integer "
-            "nor an ISO datetime"
-        )
+    datetimes = _check_rows(path, text, first, wanted, time_col, line, expected)
 
     def ids(c: str) -> pl.Expr:  # integers only when every value round-trips, as _id_column
         return pl.col(c).cast(pl.Int64) if first[f"{c} exact"] else pl.col(c)
@@ -192,6 +174,40 @@ def scan_table(
         ).collect(engine="streaming")
     except (pl.exceptions.PolarsError, OSError) as e:
         raise DataError(f"{path}: could not read as {expected} ({_first_line(e)})") from None
+
+
+def _check_rows(
+    path: Path,
+    text: pl.LazyFrame,
+    first: dict[str, Any],
+    wanted: list[str],
+    time_col: str | None,
+    line: int,
+    expected: str,
+) -> bool:
+    """The scanned table's rows against the limits and their values (`first`: what
+    `_first_bad_rows` found; `line`: the first row's line number); one DataError line naming
+    the first bad one. Returns whether the time column holds datetimes (not integers)."""
+    if first["rows"] == 0:
+        raise DataError(f"{path}: no records, expected {expected}")
+    limit = _limits().max_rows
+    if first["rows"] > limit:
+        raise DataError(
+            f"{path}: {first['rows']:,} rows, over the {limit:,} a reader takes "
+            "(SEQREC_MAX_ROWS raises the limit)"
+        )
+    for c in wanted:
+        if first[f"{c} missing"] is not None:
+            raise DataError(f"{path}:{first[f'{c} missing'] + line}: missing {c}")
+    datetimes = time_col is not None and first[f"{time_col} not int"] is not None
+    if datetimes and first[f"{time_col} bad"] is not None:
+        row = first[f"{time_col} bad"]
+        value = text.filter(pl.col("row") == row).select(time_col).collect().item()
+        raise DataError(
+            f"{path}:{row + line}: {time_col} {_shown(value)} is neither an integer "
+            "nor an ISO datetime"
+        )
+    return datetimes
 
 
 def _first_bad_rows(

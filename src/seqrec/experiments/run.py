@@ -205,8 +205,42 @@ def _best(summary: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def _write(spec: ExperimentSpec, rows: list[dict[str, Any]], root: Path, command: str) -> None:
+    """The experiment's results file: its table and notes (Markdown) and every row (JSON)."""
     summary = _summary(spec, rows)
     best = _best(summary)
+    lines = _table(spec, summary) + _notes(spec, rows, best)
+    total = sum(r["train_time_s"] for r in rows)
+    payload = {
+        "spec": {
+            "name": spec.name,
+            "title": spec.title,
+            "base": spec.base,
+            "budget": spec.budget,
+            "epochs": spec.epochs,
+            "seeds": list(spec.seeds),
+            "metric": spec.metric,
+            "points": [
+                {"label": p.label, "set": list(p.overrides), "base": p.base, "budget": p.budget}
+                for p in spec.points
+            ],
+            "columns": list(spec.columns),
+            "paper": spec.paper,
+            "ensemble": spec.ensemble,
+        },
+        "summary": summary,
+        "best": best,
+        "total_train_time_s": total,
+        "runs": rows,
+    }
+    seeds = {f"train_{i}": s for i, s in enumerate(spec.seeds)}
+    negatives = sorted({r["config"]["eval"]["negative_seed"] for r in rows if r["config"]})
+    seeds.update({f"candidates_{i}": s for i, s in enumerate(negatives)})
+    write_results(root / spec.name, payload, "\n".join(lines), seeds=seeds, command=command)
+    _plot(spec, summary, root / f"{spec.name}.png")
+
+
+def _table(spec: ExperimentSpec, summary: list[dict[str, Any]]) -> list[str]:
+    """The Markdown title, the settings line and the table of the points' mean results."""
     lines = [
         f"# {spec.title}",
         "",
@@ -243,6 +277,15 @@ def _write(spec: ExperimentSpec, rows: list[dict[str, Any]], root: Path, command
             f"| {s['label']} | {s['seeds']} | {budget} | {epochs} | {chosen} | {speed} | {cpu} "
             f"| {s['mean']:.4f}{std} {extra}| {s['full_ndcg@10']:.4f} | {paper} |"
         )
+    return lines
+
+
+def _notes(
+    spec: ExperimentSpec, rows: list[dict[str, Any]], best: dict[str, dict[str, Any]]
+) -> list[str]:
+    """The lines under the table: the ensembles' weights, the best point per series, what the
+    columns mean, and the training time (with the reused runs' commits)."""
+    lines: list[str] = []
     commit = git_commit()
     total = sum(r["train_time_s"] for r in rows)
     trained = sum(1 for r in rows if r["run_dir"])  # an ensemble's row is not a run
@@ -288,33 +331,7 @@ def _write(spec: ExperimentSpec, rows: list[dict[str, Any]], root: Path, command
         + (f"; runs trained at another commit and reused: {', '.join(older)}" if older else "")
         + ".",
     ]
-    payload = {
-        "spec": {
-            "name": spec.name,
-            "title": spec.title,
-            "base": spec.base,
-            "budget": spec.budget,
-            "epochs": spec.epochs,
-            "seeds": list(spec.seeds),
-            "metric": spec.metric,
-            "points": [
-                {"label": p.label, "set": list(p.overrides), "base": p.base, "budget": p.budget}
-                for p in spec.points
-            ],
-            "columns": list(spec.columns),
-            "paper": spec.paper,
-            "ensemble": spec.ensemble,
-        },
-        "summary": summary,
-        "best": best,
-        "total_train_time_s": total,
-        "runs": rows,
-    }
-    seeds = {f"train_{i}": s for i, s in enumerate(spec.seeds)}
-    negatives = sorted({r["config"]["eval"]["negative_seed"] for r in rows if r["config"]})
-    seeds.update({f"candidates_{i}": s for i, s in enumerate(negatives)})
-    write_results(root / spec.name, payload, "\n".join(lines), seeds=seeds, command=command)
-    _plot(spec, summary, root / f"{spec.name}.png")
+    return lines
 
 
 def _plot(spec: ExperimentSpec, summary: list[dict[str, Any]], path: Path) -> None:

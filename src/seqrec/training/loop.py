@@ -33,7 +33,7 @@ from seqrec.data.split import Split
 from seqrec.errors import TrainingError
 from seqrec.evaluation.metrics import summarize
 from seqrec.evaluation.protocols import PROTOCOLS, evaluate, parse_protocols
-from seqrec.models.base import Sampler
+from seqrec.models.base import Sampler, SequenceModel
 from seqrec.progress import Progress
 from seqrec.training.distributed import (
     Ranks,
@@ -175,24 +175,10 @@ def _train(
             loss_sum, n_batches, n_seq, lr, out_of_time = e
             seconds = time.perf_counter() - epoch_start
             cpu_seconds = time.process_time() - cpu_start
-            if not bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all()):
-                bar.close()  # nothing of this epoch is kept: no checkpoint, no best state
-                raise TrainingError(
-                    f"{run.path}: the model's weights are not finite after epoch {epoch}; "
-                    f"training stopped, the last checkpoint is kept"
-                )
-            line: dict[str, Any] = {
-                "epoch": epoch,
-                "step": loop.step,
-                "loss": loss_sum / max(1, n_batches),
-                "lr": lr,
-                "sequences": n_seq,
-                "seq_per_s": n_seq / max(seconds, 1e-9),
-                "epoch_s": seconds,
-                # CPU seconds of this process per wall second per thread: ~1 when the run had the
-                # cores to itself, well below when another job shared them (its timing is then low)
-                "cpu_util": cpu_seconds / max(seconds * torch.get_num_threads(), 1e-9),
-            }
+            _check_finite(model, run, epoch, bar)
+            line = _epoch_line(
+                epoch, loop.step, loss_sum, n_batches, lr, n_seq, seconds, cpu_seconds
+            )
             last = epoch == t.max_epochs - 1 or loop.step >= total_steps
             if validating and ((epoch + 1) % t.eval_every == 0 or last or out_of_time):
                 # of a finite state (checked above): never a diverged one; each rank ranks its
@@ -214,12 +200,8 @@ def _train(
             )
             reason = _stop_reason(t, loop, total_steps, out_of_time)
             if r.main:
-                if events is not None:
-                    events.add(line)
-                if (epoch + 1) % t.checkpoint_every == 0 or reason or last:
-                    run.write_log(loop.history)
-                    state = loop.checkpoint(training, epoch, commit, training.precision)
-                    run.save_checkpoint(state)
+                due = (epoch + 1) % t.checkpoint_every == 0 or bool(reason) or last
+                _keep(training, run, loop, events, line, epoch, commit, checkpoint=due)
             if reason:
                 stopped = reason
                 break
@@ -227,19 +209,79 @@ def _train(
         batches.close()
         if events is not None:
             events.close()
-    splits = _test_splits(cfg)
-    chosen = loop.best["epoch"] if validating else len(loop.history) - 1
-    bar.note(
-        f"stopped ({stopped}) after {len(loop.history)} epochs; "
-        + (
-            f"evaluating epoch {chosen} on {' and '.join(splits)} "
-            f"({', '.join(cfg.eval.protocols or PROTOCOLS)}, {ds.n_users:,} users)"
-            if splits
-            else f"keeping epoch {chosen} (trained on every item: nothing held out to test)"
-        )
-    )
+    bar.note(_stop_note(cfg, ds, loop, stopped, validating))
     bar.close()
     return stopped
+
+
+def _keep(
+    training: Training,
+    run: RunDir,
+    loop: _LoopState,
+    events: Any,
+    line: dict[str, Any],
+    epoch: int,
+    commit: str,
+    *,
+    checkpoint: bool,
+) -> None:
+    """Rank 0's record of an epoch: its TensorBoard events, and, when a checkpoint is due, the
+    log and the checkpoint."""
+    if events is not None:
+        events.add(line)
+    if checkpoint:
+        run.write_log(loop.history)
+        run.save_checkpoint(loop.checkpoint(training, epoch, commit, training.precision))
+
+
+def _check_finite(model: SequenceModel, run: RunDir, epoch: int, bar: Any) -> None:
+    """A model whose weights are no longer finite stops the run: nothing of this epoch is kept
+    (no checkpoint, no best state)."""
+    if not bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all()):
+        bar.close()
+        raise TrainingError(
+            f"{run.path}: the model's weights are not finite after epoch {epoch}; "
+            f"training stopped, the last checkpoint is kept"
+        )
+
+
+def _epoch_line(
+    epoch: int,
+    step: int,
+    loss_sum: float,
+    n_batches: int,
+    lr: float,
+    n_seq: int,
+    seconds: float,
+    cpu_seconds: float,
+) -> dict[str, Any]:
+    """An epoch's line of the run's log (validation adds its metric)."""
+    return {
+        "epoch": epoch,
+        "step": step,
+        "loss": loss_sum / max(1, n_batches),
+        "lr": lr,
+        "sequences": n_seq,
+        "seq_per_s": n_seq / max(seconds, 1e-9),
+        "epoch_s": seconds,
+        # CPU seconds of this process per wall second per thread: ~1 when the run had the
+        # cores to itself, well below when another job shared them (its timing is then low)
+        "cpu_util": cpu_seconds / max(seconds * torch.get_num_threads(), 1e-9),
+    }
+
+
+def _stop_note(
+    cfg: RunConfig, ds: PreparedDataset, loop: _LoopState, stopped: str, validating: bool
+) -> str:
+    """Why the loop stopped, and which epoch's state is evaluated on what."""
+    splits = _test_splits(cfg)
+    chosen = loop.best["epoch"] if validating else len(loop.history) - 1
+    return f"stopped ({stopped}) after {len(loop.history)} epochs; " + (
+        f"evaluating epoch {chosen} on {' and '.join(splits)} "
+        f"({', '.join(cfg.eval.protocols or PROTOCOLS)}, {ds.n_users:,} users)"
+        if splits
+        else f"keeping epoch {chosen} (trained on every item: nothing held out to test)"
+    )
 
 
 def _epochs(sampler: Sampler, first: int, end: int) -> Iterator[tuple[int, Batch | None]]:
