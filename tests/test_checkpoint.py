@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from seqrec.errors import RunError
-from seqrec.training import rundir
+from seqrec.training import lock, rundir
 from seqrec.training.checkpoint import load_run
 from seqrec.training.rundir import RunDir, load_tensors
 
@@ -219,7 +219,7 @@ def test_a_stale_lock_is_taken_over_and_another_hosts_needs_break_lock(tmp_path:
         assert mine[0] == str(os.getpid()) and mine[1] != "1"
     # the same pid with its real start time and no flock (an older seqrec's lock): held
     (run / ".lock").write_text(
-        f"{os.getpid()} {rundir._start_time(os.getpid())} {socket.gethostname()}"
+        f"{os.getpid()} {lock._start_time(os.getpid())} {socket.gethostname()}"
     )
     with pytest.raises(RunError, match="in use by another training"), RunDir(run).lock():
         pass

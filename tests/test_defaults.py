@@ -135,7 +135,7 @@ def test_a_log_is_kept_whole_and_a_requested_kcore_says_what_it_removed(
 
 
 def test_the_papers_datasets_keep_their_five_core_by_name() -> None:
-    from seqrec.data.prepare import kcore_thresholds
+    from seqrec.data.preprocess import kcore_thresholds
     from seqrec.data.settings import DataConfig
 
     assert kcore_thresholds(DataConfig(), "movielens-dat", papers=True) == (5, 5)

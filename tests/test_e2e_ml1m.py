@@ -15,7 +15,7 @@ from seqrec.data.preprocess import preprocess
 from seqrec.evaluation.protocols import evaluate_split
 from seqrec.evaluation.reference import PAPER_ROWS
 from seqrec.models.baselines import Popularity
-from seqrec.serving.recommender import item_metadata
+from seqrec.serving.files import item_metadata
 
 pytestmark = pytest.mark.e2e
 

@@ -164,7 +164,7 @@ def test_titles_of_a_renumbered_user_item_file_join_through_its_map_or_are_refus
     """A `user item` file numbers items itself: a movies.dat given for it is joined through
     the id map beside it (file item 1 = movie 50 here), and refused without one."""
     from seqrec.errors import ConfigError
-    from seqrec.serving.recommender import item_metadata
+    from seqrec.serving.files import item_metadata
 
     data = tmp_path / "paper" / "toy.txt"
     data.parent.mkdir()

@@ -36,8 +36,8 @@ import torch
 
 from seqrec.config import RunConfig, default_config, load_config, validate
 from seqrec.data.frames import FRAME_KINDS, as_kind, frame_kind
-from seqrec.data.prepare import prepare
-from seqrec.data.prepared import PreparedDataset
+from seqrec.data.prepare import prepared
+from seqrec.data.prepared import SAME_COLUMN, PreparedDataset
 from seqrec.errors import ConfigError, SeqrecError
 from seqrec.models.registry import entry
 from seqrec.outputs import check_out_dir, check_out_file
@@ -47,8 +47,6 @@ from seqrec.training.rundir import RunDir
 from seqrec.training.validation import validate as validate_training
 
 __all__ = ["BERT4Rec", "Model", "SASRec", "load"]
-
-_SAME: Any = object()
 
 
 class Model:
@@ -141,7 +139,7 @@ class Model:
         *,
         user_col: str | None = None,
         item_col: str | None = None,
-        time_col: str | None = _SAME,
+        time_col: str | None = SAME_COLUMN,
         time_budget: str | None = None,
         valid: bool = True,
         final: bool = False,
@@ -453,25 +451,6 @@ class BERT4Rec(Model):
         params = super().get_params(deep)
         params.pop("model")
         return params
-
-
-def prepared(
-    data: Any,
-    cfg: RunConfig,
-    progress: bool,
-    *,
-    user_col: str | None = None,
-    item_col: str | None = None,
-    time_col: str | None = _SAME,
-) -> PreparedDataset:
-    """`data` prepared with `cfg`'s data and evaluation settings (a PreparedDataset as it is);
-    the columns, where given, override the settings' (`time_col=None`: rows in time order)."""
-    if isinstance(data, PreparedDataset):
-        return data
-    columns: dict[str, Any] = {"user_col": user_col, "item_col": item_col}
-    if time_col is not _SAME:
-        columns["time_col"] = time_col
-    return prepare(data, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=progress, **columns)
 
 
 def _toml(value: Any) -> str:

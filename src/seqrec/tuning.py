@@ -25,8 +25,10 @@ import numpy as np
 import polars as pl
 
 from seqrec.data.frames import frame_kind
+from seqrec.data.prepare import prepared
+from seqrec.data.prepared import SAME_COLUMN
 from seqrec.errors import ConfigError
-from seqrec.estimator import _SAME, Model, prepared
+from seqrec.estimator import Model
 
 __all__ = ["SearchResult", "search"]
 
@@ -55,7 +57,7 @@ def search(
     seed: int = 0,
     user_col: str | None = None,
     item_col: str | None = None,
-    time_col: str | None = _SAME,
+    time_col: str | None = SAME_COLUMN,
     progress: bool = True,
 ) -> SearchResult:
     """Fit a copy of `model` for each point of `params` on `data` and keep the one with the

@@ -20,7 +20,8 @@ from seqrec.cli.common import (
 from seqrec.errors import ConfigError, SeqrecError
 from seqrec.outputs import check_out_file
 from seqrec.serving.export import FORMATS, export_run
-from seqrec.serving.recommender import Recommender, read_histories, write_recommendations
+from seqrec.serving.files import read_histories, write_recommendations
+from seqrec.serving.recommender import Recommender
 from seqrec.training.setup import resolve_device
 
 

@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -25,19 +25,21 @@ from seqrec.data.candidates import (
 from seqrec.data.frames import frame_fingerprint, interactions_from_frame, is_frame
 from seqrec.data.io import detect_format, read_interactions
 from seqrec.data.prepared import (
-    _SAME,
     FORMAT_VERSION,
+    SAME_COLUMN,
     PreparedDataset,
     _sample_split,
     load_prepared,
     read_sequences,
 )
 from seqrec.data.preprocess import (
+    PUBLISHED_FORMATS,
     Preprocessed,
     Sequences,
     dataset_stats,
-    dense_codes,
-    kcore_mask,
+    kcore_key,
+    kcore_thresholds,
+    note_unfiltered,
     preprocess,
 )
 from seqrec.data.settings import DataConfig, EvalConfig
@@ -58,7 +60,10 @@ from seqrec.files import (
 from seqrec.outputs import check_out_dir, dir_kind
 from seqrec.progress import Progress
 
-__all__ = ["kcore_thresholds", "prepare", "prepare_frame", "resolve_source"]
+if TYPE_CHECKING:
+    from seqrec.config import RunConfig
+
+__all__ = ["prepare", "prepare_frame", "prepared", "resolve_source"]
 
 
 def resolve_source(
@@ -94,50 +99,6 @@ def _settings(data_cfg: DataConfig, eval_cfg: EvalConfig) -> dict[str, Any]:
     }
 
 
-DEFAULT_KCORE = 5  # both papers' k-core on their raw logs
-
-
-# Formats whose files are already a paper's dataset (filtered and mapped to ids by its authors).
-PUBLISHED_FORMATS = frozenset({"user-item"})
-
-
-def kcore_thresholds(
-    data_cfg: DataConfig, fmt: str | None, papers: bool = False
-) -> tuple[int, int]:
-    """The (users, items) k-core a prepare applies: the configured thresholds; an unset one is
-    5 for one of the papers' raw datasets by name (`papers`: ml-1m, ml-20m, steam, beauty, as
-    the papers prepared them) and 1 (no filter) for any other log: a user's log is kept whole
-    (every item can be recommended, every user evaluated)."""
-    default = DEFAULT_KCORE if papers and fmt not in PUBLISHED_FORMATS else 1
-    u, i = data_cfg.min_user_interactions, data_cfg.min_item_interactions
-    return (default if u is None else u, default if i is None else i)
-
-
-def _kcore_key(data_cfg: DataConfig, kcore: tuple[int, int]) -> dict[str, Any]:
-    """The key's record of a k-core that the settings leave unset: none for the papers' 5-core
-    (the keys of datasets prepared before logs were kept whole), else the thresholds."""
-    unset = data_cfg.min_user_interactions is None and data_cfg.min_item_interactions is None
-    return {} if not unset or kcore == (DEFAULT_KCORE, DEFAULT_KCORE) else {"kcore": list(kcore)}
-
-
-def _note_unfiltered(source: Path, df: pl.DataFrame) -> None:
-    """Say so on stderr when the default 5-core would have changed a published file."""
-    if df.height == 0:
-        return
-    users, _ = dense_codes(df.get_column("user"))
-    items, _ = dense_codes(df.get_column("item"))
-    keep = kcore_mask(users, items, DEFAULT_KCORE, DEFAULT_KCORE)
-    if keep.all():
-        return
-    print(
-        f"{source.name}: a published `user item` dataset, taken as it is; a {DEFAULT_KCORE}-core "
-        f"would keep {int(keep.sum()):,} of its {df.height:,} interactions "
-        f"(--min-user-interactions {DEFAULT_KCORE} --min-item-interactions {DEFAULT_KCORE} "
-        "applies it)",
-        file=sys.stderr,
-    )
-
-
 def _default_dir(name: str, key: dict[str, Any]) -> Path:
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     return download.cache_dir() / "prepared" / f"{name}-{digest}"
@@ -161,7 +122,7 @@ def prepare(
     inputs: Sequence[Path | str] = (),
     user_col: str | None = None,
     item_col: str | None = None,
-    time_col: str | None = _SAME,
+    time_col: str | None = SAME_COLUMN,
     name: str | None = None,
 ) -> PreparedDataset:
     """Read, preprocess, split and sample candidates for a dataset name, a file, or a log in
@@ -191,7 +152,7 @@ def prepare(
     fmt = fmt or detect_format(source)
     kcore = kcore_thresholds(data_cfg, fmt, papers=str(data) in download.DATASETS)
     key = {"source": _fingerprint(source), **_settings(data_cfg, eval_cfg)}
-    key |= _kcore_key(data_cfg, kcore)
+    key |= kcore_key(data_cfg, kcore)
     name = name or (str(data) if str(data) in download.DATASETS else _dataset_name(source))
     cached = out is None  # the cache's own folder, named by the key: seqrec's to replace
     out = out or _default_dir(name, key)
@@ -212,7 +173,7 @@ def prepare(
         raise ConfigError(f'{source}: data.split = "time" needs timestamps; a {fmt} file has none')
     unset = data_cfg.min_user_interactions is None and data_cfg.min_item_interactions is None
     if fmt in PUBLISHED_FORMATS and unset:
-        _note_unfiltered(source, df)
+        note_unfiltered(source, df)
     ds = prepare_frame(
         df,
         out,
@@ -235,7 +196,7 @@ def _with_columns(
         changes["user_col"] = user_col
     if item_col is not None:
         changes["item_col"] = item_col
-    if time_col is not _SAME:
+    if time_col is not SAME_COLUMN:
         changes["time_col"] = time_col
     return dataclasses.replace(cfg, **changes) if changes else cfg
 
@@ -275,7 +236,7 @@ def _prepare_in_memory(
     name = name or "frame"
     kcore = kcore_thresholds(data_cfg, None)  # a user's log: whole unless configured
     key = {"source": {"frame": frame_fingerprint(df)}, **_settings(data_cfg, eval_cfg)}
-    key |= _kcore_key(data_cfg, kcore)
+    key |= kcore_key(data_cfg, kcore)
     cached = out is None
     out = out or _default_dir(name, key)
     if (reused := _reuse(out, key, cached, force, inputs)) is not None:
@@ -505,3 +466,22 @@ def _write_files(
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, out)  # a new name, or an empty directory's
+
+
+def prepared(
+    data: Any,
+    cfg: RunConfig,
+    progress: bool,
+    *,
+    user_col: str | None = None,
+    item_col: str | None = None,
+    time_col: str | None = SAME_COLUMN,
+) -> PreparedDataset:
+    """`data` prepared with `cfg`'s data and evaluation settings (a PreparedDataset as it is);
+    the columns, where given, override the settings' (`time_col=None`: rows in time order)."""
+    if isinstance(data, PreparedDataset):
+        return data
+    columns: dict[str, Any] = {"user_col": user_col, "item_col": item_col}
+    if time_col is not SAME_COLUMN:
+        columns["time_col"] = time_col
+    return prepare(data, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=progress, **columns)

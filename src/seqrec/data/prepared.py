@@ -53,6 +53,7 @@ from seqrec.files import (
 
 __all__ = [
     "FORMAT_VERSION",
+    "SAME_COLUMN",
     "PreparedDataset",
     "load_prepared",
     "read_sequences",
@@ -168,7 +169,7 @@ class PreparedDataset:
         return out if rows is None else [{p: c[rows] for p, c in d.items()} for d in out]
 
 
-_SAME: Any = object()  # a column argument not given: the data settings' own
+SAME_COLUMN: Any = object()  # a column argument not given: the data settings' own
 
 
 def read_sequences(path: Path) -> Preprocessed:

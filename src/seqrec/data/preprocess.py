@@ -10,11 +10,15 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
 
+from seqrec.data.settings import DataConfig
 from seqrec.errors import DataError
 
 __all__ = [
@@ -186,3 +190,47 @@ def dataset_stats(seqs: Sequences) -> dict[str, float | int]:
         "density": round(train / (users * items), 6) if users and items else 0.0,
         "avg_length_all": round(actions / users, 4) if users else 0.0,
     }
+
+
+DEFAULT_KCORE = 5  # both papers' k-core on their raw logs
+
+
+# Formats whose files are already a paper's dataset (filtered and mapped to ids by its authors).
+PUBLISHED_FORMATS = frozenset({"user-item"})
+
+
+def kcore_thresholds(
+    data_cfg: DataConfig, fmt: str | None, papers: bool = False
+) -> tuple[int, int]:
+    """The (users, items) k-core a prepare applies: the configured thresholds; an unset one is
+    5 for one of the papers' raw datasets by name (`papers`: ml-1m, ml-20m, steam, beauty, as
+    the papers prepared them) and 1 (no filter) for any other log: a user's log is kept whole
+    (every item can be recommended, every user evaluated)."""
+    default = DEFAULT_KCORE if papers and fmt not in PUBLISHED_FORMATS else 1
+    u, i = data_cfg.min_user_interactions, data_cfg.min_item_interactions
+    return (default if u is None else u, default if i is None else i)
+
+
+def kcore_key(data_cfg: DataConfig, kcore: tuple[int, int]) -> dict[str, Any]:
+    """The key's record of a k-core that the settings leave unset: none for the papers' 5-core
+    (the keys of datasets prepared before logs were kept whole), else the thresholds."""
+    unset = data_cfg.min_user_interactions is None and data_cfg.min_item_interactions is None
+    return {} if not unset or kcore == (DEFAULT_KCORE, DEFAULT_KCORE) else {"kcore": list(kcore)}
+
+
+def note_unfiltered(source: Path, df: pl.DataFrame) -> None:
+    """Say so on stderr when the default 5-core would have changed a published file."""
+    if df.height == 0:
+        return
+    users, _ = dense_codes(df.get_column("user"))
+    items, _ = dense_codes(df.get_column("item"))
+    keep = kcore_mask(users, items, DEFAULT_KCORE, DEFAULT_KCORE)
+    if keep.all():
+        return
+    print(
+        f"{source.name}: a published `user item` dataset, taken as it is; a {DEFAULT_KCORE}-core "
+        f"would keep {int(keep.sum()):,} of its {df.height:,} interactions "
+        f"(--min-user-interactions {DEFAULT_KCORE} --min-item-interactions {DEFAULT_KCORE} "
+        "applies it)",
+        file=sys.stderr,
+    )

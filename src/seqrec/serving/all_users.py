@@ -22,7 +22,8 @@ import polars as pl
 
 from seqrec.errors import ConfigError
 from seqrec.progress import Progress
-from seqrec.serving.recommender import Recommender, recommendations_frame
+from seqrec.serving.files import recommendations_frame
+from seqrec.serving.recommender import Recommender
 
 __all__ = ["CHUNK_USERS", "write_all_users"]
 

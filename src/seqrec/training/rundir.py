@@ -31,12 +31,10 @@ write the directory: such a one can rewrite the manifest too (docs/design/reliab
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import io
 import json
 import os
-import socket
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -66,6 +64,8 @@ from seqrec.outputs import (
     WEIGHTS,
 )
 from seqrec.provenance import atomic_write, write_json
+from seqrec.training.events import EventLog
+from seqrec.training.lock import take_lock
 
 if TYPE_CHECKING:
     from seqrec.config import RunConfig
@@ -419,7 +419,7 @@ class RunDir:
         created = not self.path.exists()
         path = self.path / LOCK
         try:
-            fd = _take_lock(self.path, path, break_lock)
+            fd = take_lock(self.path, path, break_lock)
         except BaseException:
             if created:  # a lock not taken leaves no directory it made
                 with contextlib.suppress(OSError):
@@ -446,29 +446,6 @@ class RunDir:
             hidden = p.name.startswith(".") and p.name != LOCK
             if hidden and any(p.name.lstrip(".").startswith(f"{n}.") for n in names):
                 p.unlink(missing_ok=True)
-
-
-class EventLog:
-    """A run's epochs as TensorBoard scalars: `train/<key>` for the training numbers of a log
-    line (loss, lr, seq_per_s, ...), `valid/<protocol>_<metric>` for the validation metric,
-    each at the epoch's number. Flushed every epoch, so TensorBoard shows a run as it trains."""
-
-    def __init__(self, folder: Path) -> None:
-        from torch.utils.tensorboard import SummaryWriter  # the tensorboard extra
-
-        self._writer = SummaryWriter(log_dir=str(folder))
-
-    def add(self, line: dict[str, Any]) -> None:
-        epoch = int(line["epoch"])
-        for key, value in line.items():
-            if key == "epoch" or isinstance(value, bool) or not isinstance(value, int | float):
-                continue
-            tag = f"valid/{key[6:]}" if key.startswith("valid_") else f"train/{key}"
-            self._writer.add_scalar(tag, value, epoch)
-        self._writer.flush()
-
-    def close(self) -> None:
-        self._writer.close()
 
 
 def _covered(digests: dict[str, Any] | None, name: str, trust: bool) -> bool:
@@ -502,83 +479,3 @@ def load_tensors(path: Path, data: bytes | IO[bytes] | None = None) -> Any:
         raise RunError(
             f"{path}: refused, not a tensors-only seqrec file or damaged ({first})"
         ) from None
-
-
-def _take_lock(run_dir: Path, path: Path, break_lock: bool) -> int:
-    me = f"{os.getpid()} {_start_time(os.getpid())} {socket.gethostname()}"
-    for _ in range(1000):
-        try:
-            run_dir.mkdir(parents=True, exist_ok=True)
-        except FileExistsError:  # there, then removed by a holder leaving before it was seen
-            if run_dir.exists() and not run_dir.is_dir():
-                raise
-            continue
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
-        except FileNotFoundError:  # the directory was removed by a holder leaving: again
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            owner = os.pread(fd, 256, 0).decode(errors="replace").split()
-            os.close(fd)
-            raise RunError(
-                f"{run_dir}: {_held(owner)}; wait for it or choose another --out"
-            ) from None
-        try:
-            same = os.fstat(fd).st_ino == os.stat(path).st_ino
-        except FileNotFoundError:
-            same = False
-        if not same:  # the holder unlinked it before we locked: lock the new file instead
-            os.close(fd)
-            continue
-        owner = os.pread(fd, 256, 0).decode(errors="replace").split()
-        if owner and not break_lock and _still_held(owner):
-            os.close(fd)
-            host = owner[-1] if len(owner) > 1 else "?"
-            hint = (
-                "; seqrec cannot tell whether it still runs there: --break-lock takes it"
-                if host != socket.gethostname()
-                else ""
-            )
-            raise RunError(f"{run_dir}: {_held(owner)}{hint}")
-        try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, me.encode(), 0)
-        except OSError as err:  # a full disk: the lock file is not left behind
-            path.unlink(missing_ok=True)
-            os.close(fd)
-            raise RunError(f"{path}: could not be written ({err.strerror or err})") from None
-        return fd
-    raise RunError(f"{run_dir}: could not take the lock {path}")
-
-
-def _held(owner: list[str]) -> str:
-    host = owner[-1] if len(owner) > 1 else "?"
-    return f"in use by another training (pid {owner[0] if owner else '?'} on {host})"
-
-
-def _start_time(pid: int) -> str:
-    """The process's start time (clock ticks since boot, /proc/PID/stat field 22); "?" where
-    there is no /proc. With the pid it names one process: pids are reused, start times not."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return "?"
-
-
-def _still_held(owner: list[str]) -> bool:
-    """Whether the process a lock file names (`pid [start] host`) may still hold it: another
-    host's, always; this host's, when that pid runs with the recorded start time."""
-    if len(owner) > 1 and owner[-1] != socket.gethostname():
-        return True
-    try:
-        pid = int(owner[0])
-        os.kill(pid, 0)
-    except (ValueError, ProcessLookupError):
-        return False
-    except PermissionError:  # exists, owned by another user
-        pass
-    recorded = owner[1] if len(owner) == 3 else "?"
-    return recorded == "?" or recorded == _start_time(pid)

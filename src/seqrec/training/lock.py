@@ -1,0 +1,95 @@
+"""A run directory's lock: one training at a time holds it; a lock whose holder has died (on
+this host) is taken over, one held on another host only with `break_lock`."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from seqrec.errors import RunError
+
+if TYPE_CHECKING:
+    pass
+
+
+def take_lock(run_dir: Path, path: Path, break_lock: bool) -> int:
+    me = f"{os.getpid()} {_start_time(os.getpid())} {socket.gethostname()}"
+    for _ in range(1000):
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:  # there, then removed by a holder leaving before it was seen
+            if run_dir.exists() and not run_dir.is_dir():
+                raise
+            continue
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+        except FileNotFoundError:  # the directory was removed by a holder leaving: again
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.pread(fd, 256, 0).decode(errors="replace").split()
+            os.close(fd)
+            raise RunError(
+                f"{run_dir}: {_held(owner)}; wait for it or choose another --out"
+            ) from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:  # the holder unlinked it before we locked: lock the new file instead
+            os.close(fd)
+            continue
+        owner = os.pread(fd, 256, 0).decode(errors="replace").split()
+        if owner and not break_lock and _still_held(owner):
+            os.close(fd)
+            host = owner[-1] if len(owner) > 1 else "?"
+            hint = (
+                "; seqrec cannot tell whether it still runs there: --break-lock takes it"
+                if host != socket.gethostname()
+                else ""
+            )
+            raise RunError(f"{run_dir}: {_held(owner)}{hint}")
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, me.encode(), 0)
+        except OSError as err:  # a full disk: the lock file is not left behind
+            path.unlink(missing_ok=True)
+            os.close(fd)
+            raise RunError(f"{path}: could not be written ({err.strerror or err})") from None
+        return fd
+    raise RunError(f"{run_dir}: could not take the lock {path}")
+
+
+def _held(owner: list[str]) -> str:
+    host = owner[-1] if len(owner) > 1 else "?"
+    return f"in use by another training (pid {owner[0] if owner else '?'} on {host})"
+
+
+def _start_time(pid: int) -> str:
+    """The process's start time (clock ticks since boot, /proc/PID/stat field 22); "?" where
+    there is no /proc. With the pid it names one process: pids are reused, start times not."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return "?"
+
+
+def _still_held(owner: list[str]) -> bool:
+    """Whether the process a lock file names (`pid [start] host`) may still hold it: another
+    host's, always; this host's, when that pid runs with the recorded start time."""
+    if len(owner) > 1 and owner[-1] != socket.gethostname():
+        return True
+    try:
+        pid = int(owner[0])
+        os.kill(pid, 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:  # exists, owned by another user
+        pass
+    recorded = owner[1] if len(owner) == 3 else "?"
+    return recorded == "?" or recorded == _start_time(pid)
