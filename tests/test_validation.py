@@ -1,8 +1,7 @@
 """One check before any file (seqrec.training.validation.validate): an invalid value in any section
-of any
-model's config, or a setting that does not combine with another, is one line (exit 2) and leaves
-no run directory; the negatives are one object (NegativeSampler) with its rules in one place;
-a training's torch settings do not outlive it."""
+of any model's config, or a setting that does not combine with another, is one line (exit 2) and
+leaves no run directory, from the CLI and from Python; the negatives are one object
+(NegativeSampler) with its rules in one place; a training's torch settings do not outlive it."""
 
 from __future__ import annotations
 
@@ -65,6 +64,44 @@ def test_an_invalid_value_in_any_section_is_one_line_and_leaves_no_directory(
     assert not out.exists()
 
 
+def test_an_invalid_config_from_python_leaves_no_prepared_data_and_no_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import seqrec
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("SEQREC_HOME", str(home))
+    df = synthetic_interactions(n_users=40, n_items=30, seed=2)
+    # a rule between settings (not a range): the full check runs before anything is prepared
+    model = seqrec.SASRec(set=['train.decay="budget"'])
+    with pytest.raises(ConfigError, match="needs train.time_budget"):
+        model.fit(df, out=tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
+    assert not home.exists() or not any(home.rglob("*"))  # no prepared cache
+    # and an out-of-range value, named after the estimator
+    with pytest.raises(ConfigError, match=r"^SASRec: sasrec.d_model"):
+        seqrec.SASRec(d_model=0).fit(df, out=tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists() and (not home.exists() or not any(home.rglob("*")))
+
+
+def test_there_is_one_validate() -> None:
+    """The config core checks ranges only (`check_ranges`); `validate` is the training's whole
+    check, the one function every entry point calls."""
+    import ast
+
+    import seqrec.config
+
+    assert not hasattr(seqrec.config, "validate")
+    src = Path(__file__).resolve().parents[1] / "src" / "seqrec"
+    defined = [
+        str(p.relative_to(src))
+        for p in sorted(src.rglob("*.py"))
+        for node in ast.parse(p.read_text()).body
+        if isinstance(node, ast.FunctionDef) and node.name == "validate"
+    ]
+    assert defined == ["training/validation.py"]
+
+
 def _cfg(model: str, *sets: str) -> RunConfig:
     return load_config(RunConfig, None, [f"model={model!r}", *sets])
 
@@ -115,12 +152,12 @@ def test_a_dataset_rule_needs_the_dataset() -> None:
 
 def test_the_negative_sampler_reads_the_config_and_draws_only_absent_items() -> None:
     ce = _cfg("sasrec", 'train.loss="ce"', "train.n_negatives=5")
-    assert NegativeSampler.from_config(ce).n == 0  # the full CE draws none
+    assert NegativeSampler.from_config(ce.train).n == 0  # the full CE draws none
     pop = _cfg("sasrec", 'train.loss="bce"', 'train.negative_sampling="popularity"')
     with pytest.raises(ValueError, match="training item counts"):
-        NegativeSampler.from_config(pop)
+        NegativeSampler.from_config(pop.train)
     counts = np.array([5, 0, 1, 3, 0, 2])  # index 0: padding; items 1 and 4 weigh nothing
-    sampler = NegativeSampler.from_config(pop, counts)
+    sampler = NegativeSampler.from_config(pop.train, counts)
     assert (sampler.n, sampler.per) == (1, "position")
     assert sampler.cdf is not None and np.allclose(sampler.cdf, [0, 0, 1 / 6, 4 / 6, 4 / 6, 1])
     seen = np.array([[3, 0], [5, 2]])  # sample 0 holds item 3, sample 1 items 5 and 2

@@ -34,7 +34,7 @@ from typing import Any
 import polars as pl
 import torch
 
-from seqrec.config import RunConfig, default_config, load_config, validate
+from seqrec.config import RunConfig, default_config, load_config
 from seqrec.data.frames import FRAME_KINDS, as_kind, frame_kind
 from seqrec.data.prepare import prepared
 from seqrec.data.prepared import SAME_COLUMN, PreparedDataset
@@ -44,7 +44,7 @@ from seqrec.outputs import check_out_dir, check_out_file
 from seqrec.serving.recommender import MODEL, POPULARITY, Recommender
 from seqrec.training.policy import ANY_LOG_ADAPT, refit_config
 from seqrec.training.rundir import RunDir
-from seqrec.training.validation import validate as validate_training
+from seqrec.training.validation import validate
 
 __all__ = ["BERT4Rec", "Model", "SASRec", "load"]
 
@@ -113,10 +113,9 @@ class Model:
         if self.time_budget is not None:
             overrides.append(f"train.time_budget={json.dumps(self.time_budget)}")
         cfg = load_config(RunConfig, None, [*overrides, *self.set], base=base)
-        validate(cfg, type(self).__name__)
-        # and what a training checks without the data (the memory its layers ask for
-        # included), before `fit` prepares anything
-        return validate_training(cfg)
+        # every check a training makes without the data (ranges, the loop's, the negatives',
+        # the model's, the memory its layers ask for), before `fit` prepares anything
+        return validate(cfg, where=type(self).__name__)
 
     def _key(self, cfg: RunConfig, name: str) -> str:
         """The dotted key of a parameter: the model's sections first, then [train], then [data]

@@ -24,7 +24,7 @@ from seqrec.config.files import (
     load_config,
     resolve_config,
 )
-from seqrec.config.ranges import validate
+from seqrec.config.ranges import check_ranges
 from seqrec.data.settings import DataConfig, EvalConfig
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "EvalConfig",
     "RunConfig",
     "ShortBudget",
+    "check_ranges",
     "TrainConfig",
     "config_diff",
     "config_names",
@@ -44,5 +45,4 @@ __all__ = [
     "parse_duration",
     "parse_override",
     "resolve_config",
-    "validate",
 ]

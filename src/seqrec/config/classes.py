@@ -156,8 +156,8 @@ class ShortBudget:
     is short, so one config gives the best model at 5 minutes and at 60 (what learns fastest is
     not what ends best, docs/results/bert4rec.md). Short means either under `minutes` of budget, or,
     with `epochs`, a budget that buys fewer than `epochs` epochs of the config on the machine at
-    hand: timed when the run starts (`epochs_bought` in seqrec.training.fit), so a slow machine and
-    a fast one each get the settings their budget can use. Every tier that is due applies, in
+    hand: timed when the run starts (`epochs_bought` in seqrec.training.policy), so a slow machine
+    and a fast one each get the settings their budget can use. Every tier that is due applies, in
     order. A key given explicitly with the config (`seqrec train --set`, a sweep's overrides)
     wins over a tier's setting. A run's recorded config is the resolved one: the settings
     applied, `applied` true, and an epochs tier's measured `bought`, so nothing is decided

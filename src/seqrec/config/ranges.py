@@ -81,10 +81,11 @@ def _in_range(
         raise ConfigError(f"{where} must be {span}, got {value!r}")
 
 
-def validate(cfg: RunConfig, where: str = "config") -> RunConfig:
+def check_ranges(cfg: RunConfig, where: str = "config") -> RunConfig:
     """Check every value of `cfg` against its range (one ConfigError line naming the key): every
     number finite, the sizes and rates of `_RANGES`, attention widths divisible by their heads.
-    The one range check, run before a training writes anything and when a run is loaded."""
+    The one range check: part of `seqrec.training.validation.validate`, and run when a run is
+    loaded."""
     sections = [("data", cfg.data), ("eval", cfg.eval), ("train", cfg.train), *cfg.sections]
     for name, section in sections:
         for f in dataclasses.fields(section):

@@ -27,7 +27,8 @@ import numpy as np
 from seqrec.errors import ConfigError
 
 if TYPE_CHECKING:
-    from seqrec.config import RunConfig
+    from seqrec.config import TrainConfig
+    from seqrec.data.batches import NextItemConfig
 
 __all__ = ["NEGATIVES_PER", "SHARED_NEGATIVE_LOSSES", "NegativeSampler"]
 
@@ -55,10 +56,9 @@ class NegativeSampler:
             object.__setattr__(self, "cdf", np.cumsum(w) / w.sum())
 
     @classmethod
-    def from_config(cls, cfg: RunConfig, item_counts: np.ndarray | None = None) -> NegativeSampler:
-        """What `cfg.train` asks for; `item_counts` (V + 1,): the training counts, the weights
-        of popularity sampling (needed only for it)."""
-        t = cfg.train
+    def from_config(cls, t: TrainConfig, item_counts: np.ndarray | None = None) -> NegativeSampler:
+        """What the training config `t` asks for; `item_counts` (V + 1,): the training counts,
+        the weights of popularity sampling (needed only for it)."""
         n = 0 if t.loss == "ce" else t.n_negatives
         popularity = n and t.negative_sampling == "popularity"
         if popularity and item_counts is None:
@@ -66,14 +66,14 @@ class NegativeSampler:
         return cls(n, t.negatives_per, item_counts if popularity else None)
 
     @staticmethod
-    def check(cfg: RunConfig) -> None:
-        """Every rule tying the negatives to the loss and the task; a ConfigError line."""
-        t = cfg.train
+    def check(t: TrainConfig, task: NextItemConfig | None, model: str) -> None:
+        """Every rule tying the negatives of the training config `t` to the loss and to model
+        `model`'s task (`task`: its next-item section; None: it trains on another task, the
+        Cloze); a ConfigError line."""
         if t.loss == "ce":
             return
         if t.n_negatives < 1:
             raise ConfigError(f"train.loss = {t.loss!r} needs train.n_negatives >= 1")
-        task = getattr(cfg, "next_item", None)  # the next-item task's section, if the model has it
         if t.negatives_per == "batch" and t.loss not in SHARED_NEGATIVE_LOSSES:
             raise ConfigError(
                 'train.negatives_per = "batch" works with train.loss '
@@ -81,13 +81,13 @@ class NegativeSampler:
             )
         if t.negatives_per == "sequence" and task is None:
             raise ConfigError(
-                f'train.negatives_per = "sequence" needs the next-item task; {cfg.model} has none'
+                f'train.negatives_per = "sequence" needs the next-item task; {model} has none'
             )
         if t.negative_sampling == "popularity":
             if task is None:
                 raise ConfigError(
                     f'train.negative_sampling = "popularity" needs the next-item task; '
-                    f"{cfg.model} has none"
+                    f"{model} has none"
                 )
             if t.logq:
                 raise ConfigError(

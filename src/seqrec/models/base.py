@@ -205,7 +205,7 @@ def next_item_batches(cfg: RunConfig, ds: PreparedDataset, max_len: int) -> Samp
         cfg=cfg.next_item,
         batch_size=t.batch_size,
         seed=t.seed,
-        negatives=NegativeSampler.from_config(cfg, counts),
+        negatives=NegativeSampler.from_config(cfg.train, counts),
     )
 
 

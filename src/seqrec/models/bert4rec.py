@@ -264,7 +264,7 @@ def _cloze_batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
         cfg=cfg.cloze,
         batch_size=cfg.train.batch_size,
         seed=cfg.train.seed,
-        negatives=NegativeSampler.from_config(cfg),
+        negatives=NegativeSampler.from_config(cfg.train),
     )
 
 

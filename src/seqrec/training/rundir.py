@@ -222,8 +222,8 @@ class RunDir:
 
     def config(self) -> RunConfig:
         """The run's config (verified, migrated from older layouts, every value range-checked
-        by seqrec.config.validate)."""
-        from seqrec.config import RunConfig, from_dict, validate
+        by seqrec.config.check_ranges)."""
+        from seqrec.config import RunConfig, check_ranges, from_dict
 
         path = self.path / CONFIG
         data = self.config_dict()
@@ -237,7 +237,7 @@ class RunDir:
         minimum = bert.pop("dropout_min_minutes", 0.0) if isinstance(bert, dict) else 0.0
         if minimum and "short_budget" not in data:
             data["short_budget"] = [{"minutes": minimum, "set": ["bert4rec.dropout=0.0"]}]
-        return validate(from_dict(RunConfig, data, str(path), foreign="drop"), str(path))
+        return check_ranges(from_dict(RunConfig, data, str(path), foreign="drop"), str(path))
 
     def source(self) -> dict[str, Any]:
         """What the run was trained from, as config.json records it (`data`, `prepared`, ...)."""

@@ -40,7 +40,7 @@ from seqrec.training.step import _resolved, train_step
 def loss_spec(cfg: RunConfig, n_items: int) -> LossSpec:
     """The loss `cfg.train` asks for; settings its negatives cannot combine with are one
     ConfigError line (`NegativeSampler.check`, which validation runs first)."""
-    NegativeSampler.check(cfg)
+    NegativeSampler.check(cfg.train, dict(cfg.sections).get("next_item"), cfg.model)
     t = cfg.train
     bf16 = _resolved(t.bf16, "bf16") or _resolved(t.loss_bf16, "loss_bf16")
     return LossSpec(

@@ -1,6 +1,6 @@
 """One check of a training config before anything is built or written: `validate(cfg, ds)`.
 
-It runs, in order: the ranges of every value (`config.validate`), what the training loop needs
+It runs, in order: the ranges of every value (`config.check_ranges`), what the training loop needs
 (a known model, a computed validation metric and protocol, a readable budget, a decay that can
 end, no early stop on validation targets it trains on), the negatives' rules
 (`NegativeSampler.check`) and the dataset's (no more shared negatives than items), then the
@@ -16,8 +16,7 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING
 
-from seqrec.config import RunConfig, parse_duration
-from seqrec.config import validate as validate_ranges
+from seqrec.config import RunConfig, check_ranges, parse_duration
 from seqrec.data.negatives import NegativeSampler
 from seqrec.errors import ConfigError
 from seqrec.evaluation.metrics import metric_names
@@ -31,13 +30,17 @@ if TYPE_CHECKING:
 __all__ = ["validate"]
 
 
-def validate(cfg: RunConfig, ds: PreparedDataset | None = None) -> RunConfig:
+def validate(
+    cfg: RunConfig, ds: PreparedDataset | None = None, *, where: str = "config"
+) -> RunConfig:
     """`cfg` if a training of it on `ds` (when given: its dataset-dependent rules too) can
-    start; otherwise one ConfigError line naming the key and what was expected."""
-    validate_ranges(cfg)
+    start; otherwise one ConfigError line naming the key and what was expected (`where`: what
+    the ranges' errors name, e.g. the estimator's class). The CLI and the estimators call it
+    without `ds` before anything is prepared or written; `fit` again with the data."""
+    check_ranges(cfg, where)
     model = entry(cfg.model)  # an unknown model is a ConfigError
     _check_loop(cfg)
-    NegativeSampler.check(cfg)
+    NegativeSampler.check(cfg.train, dict(cfg.sections).get("next_item"), cfg.model)
     t = cfg.train
     if ds is not None and t.loss != "ce" and t.negatives_per == "batch":
         uniform = t.negative_sampling != "popularity"
