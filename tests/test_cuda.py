@@ -16,6 +16,7 @@ from seqrec.config import RunConfig, from_dict
 from seqrec.data.prepare import prepare_frame
 from seqrec.data.prepared import PreparedDataset
 from seqrec.data.synthetic import synthetic_interactions
+from seqrec.evaluation.protocols import evaluate_split
 from seqrec.training.fit import fit
 
 # SEQREC_TEST_DEVICE=cpu runs the same checks on the CPU (the tests' own dry run)
@@ -61,8 +62,8 @@ def test_a_run_trains_on_the_gpu_and_ranks_as_its_weights_do_on_the_cpu(
     result = fit(toy, _config(model), tmp_path / "run", progress=False)
     assert result.model.device.type == torch.device(DEVICE).type
     assert result.metrics["test"]["full"]["ndcg@10"] > 0
-    on_gpu = toy.evaluate(result.model.eval(), "test")
-    on_cpu = toy.evaluate(result.model.to("cpu").eval(), "test")
+    on_gpu = evaluate_split(toy, result.model.eval(), "test")
+    on_cpu = evaluate_split(toy, result.model.to("cpu").eval(), "test")
     for p in on_gpu.metrics:  # TF32 / kernel rounding may move a near-tie: means within 1e-3
         for k, v in on_gpu.metrics[p].items():
             assert v == pytest.approx(on_cpu.metrics[p][k], abs=1e-3), (p, k)
@@ -76,9 +77,9 @@ def test_blocked_scoring_on_the_gpu_ranks_as_whole_rows(
     torch.manual_seed(0)
     cfg = _config("sasrec")
     model = build_model(cfg, toy.n_items).to(DEVICE).eval()
-    whole = toy.evaluate(model, "test", batch_size=16)
+    whole = evaluate_split(toy, model, "test", batch_size=16)
     monkeypatch.setattr(ev, "SCORES_BYTES", 4 * 16 * 7)
-    blocked = toy.evaluate(model, "test", batch_size=16)
+    blocked = evaluate_split(toy, model, "test", batch_size=16)
     for p in whole.ranks:
         same = np.mean(whole.ranks[p] == blocked.ranks[p])
         assert same > 0.99, p  # the target's own dot product vs the matmul's: rounding only

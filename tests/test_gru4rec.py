@@ -15,6 +15,7 @@ from seqrec.data.prepare import prepare_frame
 from seqrec.data.prepared import PreparedDataset
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import ConfigError
+from seqrec.evaluation.protocols import evaluate_split
 from seqrec.experiments.attention import attention_maps
 from seqrec.models.baselines import Popularity
 from seqrec.models.gru4rec import GRU4Rec, GRU4RecConfig
@@ -113,14 +114,14 @@ def test_learns_the_toy_pattern_above_pop(loss: str, toy: PreparedDataset, tmp_p
     # top1 with negatives shared by a sequence's positions (ml-1m-gru4rec's setting)
     more = ['train.negatives_per="sequence"'] if loss == "top1" else []
     result = fit(toy, _config(loss, *more), tmp_path / "run", progress=False)
-    pop = toy.evaluate(Popularity.fit(toy.split.train), "valid", protocols=["full"])
+    pop = evaluate_split(toy, Popularity.fit(toy.split.train), "valid", protocols=["full"])
     ours = result.metrics["valid"]["full"]["ndcg@10"]
     assert ours > pop.metrics["full"]["ndcg@10"] + 0.2, (loss, ours)
     if loss == "bpr_max":  # save -> load gives identical scores
         run = load_run(result.run_dir, device=result.model.device)  # where fit left it
         h = torch.tensor([[0, 0, 3, 4, 5], [1, 2, 3, 4, 5]], device=result.model.device)
         assert torch.equal(run.model.score(h), result.model.score(h))
-        assert toy.evaluate(run.model, "test").metrics == result.metrics["test"]
+        assert evaluate_split(toy, run.model, "test").metrics == result.metrics["test"]
 
 
 def test_the_registry_and_the_model_sections() -> None:

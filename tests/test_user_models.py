@@ -18,6 +18,7 @@ from seqrec.data.prepared import PreparedDataset
 from seqrec.data.preprocess import Sequences
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import ConfigError
+from seqrec.evaluation.protocols import evaluate_split
 from seqrec.models import ncf as ncf_module
 from seqrec.models.baselines import Popularity
 from seqrec.models.bprmf import BPRMF, BPRMFConfig
@@ -224,7 +225,7 @@ def test_learns_the_toy_pattern_above_pop(
     model: str, more: list[str], margin: float, toy: PreparedDataset, tmp_path: Path
 ) -> None:
     result = fit(toy, _config(model, *more), tmp_path / "run", progress=False)
-    pop = toy.evaluate(Popularity.fit(toy.split.train), "valid", protocols=["full"])
+    pop = evaluate_split(toy, Popularity.fit(toy.split.train), "valid", protocols=["full"])
     ours = result.metrics["valid"]["full"]["ndcg@10"]
     assert ours > pop.metrics["full"]["ndcg@10"] + margin, (model, ours)
     # save -> load gives identical scores, with and without users
@@ -232,7 +233,7 @@ def test_learns_the_toy_pattern_above_pop(
     h = torch.tensor([[0, 0, 3, 4, 5], [1, 2, 3, 4, 5]], device=result.model.device)
     users = torch.tensor([3, -1], device=result.model.device)
     assert torch.equal(run.model.score(h, users), result.model.score(h, users))
-    assert toy.evaluate(run.model, "test").metrics == result.metrics["test"]
+    assert evaluate_split(toy, run.model, "test").metrics == result.metrics["test"]
     # recommend_user passes the user: the same top-k as scoring its history with its index
     rec = Recommender.from_run(result.run_dir)
     user_id = toy.user_ids[5]

@@ -17,6 +17,7 @@ from seqrec.cli.common import (
     _run_config,
     _settings_of_the_run,
 )
+from seqrec.data.ids import check_items
 from seqrec.data.prepare import prepare
 from seqrec.data.prepared import PreparedDataset, draw_seeds, load_prepared
 from seqrec.errors import ConfigError, SeqrecError
@@ -62,11 +63,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         run = load_run(args.model, device=device, trust=args.trust)
         cfg = run.config
         ds = _prepare(args, cfg, inputs=[args.model])
-        if list(ds.item_ids) != list(run.item_ids):
-            raise ConfigError(
-                f"{args.model}: the run was trained on other items than {args.data} gives "
-                f"({len(run.item_ids)} vs {len(ds.item_ids)})"
-            )
+        check_items(run.item_ids, ds.item_ids, args.model, f"{args.data} gives")
         scorer = run.model
         name = run_label(cfg.model, cfg.train.loss)
         if args.with_runs:
@@ -215,8 +212,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             raise ConfigError(f"{args.runs[0]}: its prepared data is gone; pass --data")
         ds = load_prepared(prepared)
     for name, run in zip(names, runs, strict=True):
-        if list(run.item_ids) != list(ds.item_ids):
-            raise ConfigError(f"{name}: trained on other items than {ds.path}")
+        check_items(run.item_ids, ds.item_ids, name, ds.path)
     protocols = parse_protocols(args.protocol or runs[0].config.eval.protocols)
     ks = [int(k) for k in args.k.split(",")] if args.k else list(runs[0].config.eval.ks)
     if args.metric not in metric_names(ks):
@@ -302,11 +298,7 @@ def cmd_attention(args: argparse.Namespace) -> int:
     _settings_of_the_run(args, args.run)
     run = load_run(args.run, trust=args.trust)
     ds = _prepare(args, run.config, inputs=[args.run])
-    if list(ds.item_ids) != list(run.item_ids):
-        raise ConfigError(
-            f"{args.run}: the run was trained on other items than {args.data} gives "
-            f"({len(run.item_ids)} vs {len(ds.item_ids)})"
-        )
+    check_items(run.item_ids, ds.item_ids, args.run, f"{args.data} gives")
     test = ds.split.test
     rows = np.arange(len(test.users))
     if args.users:

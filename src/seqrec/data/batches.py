@@ -41,7 +41,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from seqrec.data.negatives import NegativeSampler
+from seqrec.data.negatives import NegativeSampler, check_pack
 from seqrec.data.preprocess import Sequences, left_pad
 
 __all__ = [
@@ -404,8 +404,7 @@ class NextItemSampler:
         counts, instead of uniformly)."""
         self.cfg = cfg = cfg or NextItemConfig()
         self.negatives = negatives or NegativeSampler(n_negatives, negatives_per, negative_weights)
-        if cfg.pack and self.negatives.n and self.negatives.per == "sequence":
-            raise ValueError('next_item.pack does not combine with negatives_per = "sequence"')
+        check_pack(cfg.pack, self.negatives.n, self.negatives.per)
         self.train = train
         self.max_len = max_len
         self.batch_size = batch_size

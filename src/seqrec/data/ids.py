@@ -10,7 +10,32 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["IdCodec"]
+from seqrec.errors import ConfigError
+
+__all__ = ["IdCodec", "check_items", "same_items"]
+
+
+def same_items(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    """Whether two item vocabularies are the same items in the same order: a run's scores then
+    mean the same items as a dataset's ids (or another run's)."""
+    return list(a) == list(b)
+
+
+def check_items(
+    trained: Sequence[Any],
+    given: Sequence[Any],
+    where: Any,
+    given_by: Any = "the data gives",
+    error: type[Exception] = ConfigError,
+) -> None:
+    """A run trained on `trained` items used with data of `given` items: the same items in the
+    same order, or one line (`error`, a ConfigError unless said) naming `where` (the run, or
+    what refers to it) and `given_by` (where the other items come from)."""
+    if not same_items(trained, given):
+        raise error(
+            f"{where}: the run was trained on other items than {given_by} "
+            f"({len(trained)} vs {len(given)})"
+        )
 
 
 class IdCodec:

@@ -94,10 +94,7 @@ class NegativeSampler:
                     "train.logq corrects for uniform negatives; it does not combine with "
                     'train.negative_sampling = "popularity"'
                 )
-        if t.negatives_per == "sequence" and task is not None and task.pack:
-            raise ConfigError(
-                'next_item.pack does not combine with train.negatives_per = "sequence"'
-            )
+        check_pack(task is not None and task.pack, t.n_negatives, t.negatives_per)
 
     @property
     def shared(self) -> bool:
@@ -170,3 +167,10 @@ def draw_shared_negatives(
     if k > n_items:
         raise ValueError(f"{k} shared negatives asked for, but the catalogue has {n_items} items")
     return rng.choice(n_items, size=k, replace=False) + 1
+
+
+def check_pack(pack: bool, n_negatives: int, per: str) -> None:
+    """Packed rows share a row between several sequences, so negatives drawn per sequence do not
+    combine with them (a ConfigError line)."""
+    if pack and n_negatives and per == "sequence":
+        raise ConfigError('next_item.pack does not combine with train.negatives_per = "sequence"')

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from seqrec.data.ids import check_items, same_items
 from seqrec.evaluation.protocols import Scorer, evaluate_split
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ class Ensemble:
 def check_same_items(runs: Sequence[Run]) -> None:
     """Refuse (ValueError, one line) runs whose item vocabularies differ from the first's."""
     for run in runs[1:]:
-        if list(run.item_ids) != list(runs[0].item_ids):
+        if not same_items(run.item_ids, runs[0].item_ids):
             raise ValueError(
                 f"{run.path}: its items differ from {runs[0].path}'s; an ensemble's runs "
                 "must be trained on the same prepared data"
@@ -265,8 +266,7 @@ def evaluate_runs(
     device = resolve_device("auto") if device is None else device
 
     runs = [load_run(d, device, trust=trust) for d in run_dirs]
-    if list(runs[0].item_ids) != list(ds.item_ids):
-        raise ValueError(f"{runs[0].path}: trained on other items than the dataset given")
+    check_items(runs[0].item_ids, ds.item_ids, runs[0].path, "the dataset given", ValueError)
     choice = choose_run_weights(runs, ds, step=step, device=device)
     e = runs[0].config.eval
     ens = Ensemble([r.model for r in runs], choice.weights)

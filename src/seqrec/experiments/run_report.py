@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from seqrec.data.ids import same_items
 from seqrec.errors import ConfigError, SeqrecError
 from seqrec.evaluation.reference import PAPER_ROWS, is_papers_ml1m
 from seqrec.evaluation.report import run_label
@@ -155,7 +156,7 @@ def _paired(names: Sequence[str], runs: Sequence[str | Path], trust: bool) -> st
     if not prepared or not Path(prepared).exists():
         return "<h2>Paired tests</h2><p class='note'>The first run's prepared data is gone.</p>"
     ds = load_prepared(prepared)
-    if any(list(r.item_ids) != list(ds.item_ids) for r in loaded):
+    if not all(same_items(r.item_ids, ds.item_ids) for r in loaded):
         return "<h2>Paired tests</h2><p class='note'>The runs were trained on other items.</p>"
     reports = {n: evaluate_split(ds, r.model, "test") for n, r in zip(names, loaded, strict=True)}
     rows = []

@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-import numpy as np
 import torch
 from torch import nn
 
+from seqrec.data.candidates import item_popularity
 from seqrec.evaluation.blocks import BlockScores
 
 if TYPE_CHECKING:
@@ -198,7 +198,7 @@ def next_item_batches(cfg: RunConfig, ds: PreparedDataset, max_len: int) -> Samp
 
     t = cfg.train
     train = ds.split.training(t.train_on)
-    counts = np.bincount(train.items, minlength=train.n_items + 1)
+    counts = item_popularity(train)
     return NextItemSampler(
         train,
         max_len=max_len,
@@ -231,3 +231,10 @@ BASELINE_TRAIN: Mapping[str, Any] = {
     "clip_norm": 0.0,
     "batch_size": 128,
 }
+
+
+def whole_rows_only(model: str, layout: Mapping[str, Any]) -> None:
+    """A model that reads each row as one user's whole sequence takes no packed layout (the
+    config's rule, `ModelEntry.whole_rows`, is checked by validation before this)."""
+    if layout:
+        raise ValueError(f"{model} reads whole rows: next_item.pack must be false")

@@ -21,7 +21,13 @@ import torch
 from torch import nn
 
 from seqrec.data.batches import NextItemConfig
-from seqrec.models.base import BASELINE_TRAIN, ModelEntry, SequenceModel, whole_row_batches
+from seqrec.models.base import (
+    BASELINE_TRAIN,
+    ModelEntry,
+    SequenceModel,
+    whole_row_batches,
+    whole_rows_only,
+)
 
 __all__ = ["ENTRY", "BPRMF", "BPRMFConfig", "user_rows"]
 
@@ -71,8 +77,7 @@ class BPRMF(SequenceModel):
         self, input_ids: torch.Tensor, users: torch.Tensor | None = None, **layout: torch.Tensor
     ) -> torch.Tensor:
         """(B, L) -> (B, L, D): the user's vector at every position."""
-        if layout:
-            raise ValueError("BPR-MF reads whole rows: next_item.pack must be false")
+        whole_rows_only("BPR-MF", layout)
         p = self.user_emb(user_rows(users, self.n_users, input_ids))  # (B, D)
         return p[:, None, :].expand(-1, input_ids.shape[1], -1)
 

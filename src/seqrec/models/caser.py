@@ -31,6 +31,7 @@ from seqrec.models.base import (
     last_positions,
     linear,
     whole_row_batches,
+    whole_rows_only,
 )
 from seqrec.models.bprmf import user_rows
 
@@ -83,8 +84,7 @@ class Caser(SequenceModel):
         self, input_ids: torch.Tensor, users: torch.Tensor | None = None, **layout: torch.Tensor
     ) -> torch.Tensor:
         """(B, T) -> (B, T, 2d): [z_t; P_u] at every position t."""
-        if layout:
-            raise ValueError("Caser reads whole rows: next_item.pack must be false")
+        whole_rows_only("Caser", layout)
         B, T = input_ids.shape
         d = self.cfg.d_model
         z = F.relu(self.fc(self.dropout(self.convolutions(input_ids))))  # (B, T, d)

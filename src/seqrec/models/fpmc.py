@@ -26,6 +26,7 @@ from seqrec.models.base import (
     SequenceModel,
     last_positions,
     whole_row_batches,
+    whole_rows_only,
 )
 from seqrec.models.bprmf import user_rows
 
@@ -74,8 +75,7 @@ class FPMC(SequenceModel):
     ) -> torch.Tensor:
         """(B, L) -> (B, L, D or 2D): at each position the features of the next item's score,
         [V^{U,I}_u; V^{L,I}_l] (FMC: V^{L,I}_l) with l the item at that position."""
-        if layout:
-            raise ValueError("FPMC reads whole rows: next_item.pack must be false")
+        whole_rows_only("FPMC", layout)
         chain = self.prev_emb(input_ids)  # (B, L, D); padding gives 0
         if not self.cfg.user_term:
             return chain

@@ -31,6 +31,7 @@ from seqrec.models.base import (
     SequenceModel,
     last_positions,
     whole_row_batches,
+    whole_rows_only,
 )
 
 __all__ = ["ENTRY", "GRU4Rec", "GRU4RecConfig"]
@@ -75,8 +76,7 @@ class GRU4Rec(SequenceModel):
 
     def forward(self, input_ids: torch.Tensor, **layout: torch.Tensor) -> torch.Tensor:
         """input_ids (B, L) left-padded -> hidden states (B, L, H); padding positions get 0."""
-        if layout:
-            raise ValueError("GRU4Rec reads whole rows: next_item.pack must be false")
+        whole_rows_only("GRU4Rec", layout)
         B, L = input_ids.shape
         lengths = (input_ids != 0).sum(1)
         # left-aligned copy: row b's items first (a rotation by L - length), then padding

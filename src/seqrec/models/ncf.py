@@ -25,7 +25,14 @@ from torch import nn
 
 from seqrec.data.batches import NextItemConfig
 from seqrec.errors import ConfigError
-from seqrec.models.base import BASELINE_TRAIN, ModelEntry, SequenceModel, linear, whole_row_batches
+from seqrec.models.base import (
+    BASELINE_TRAIN,
+    ModelEntry,
+    SequenceModel,
+    linear,
+    whole_row_batches,
+    whole_rows_only,
+)
 from seqrec.models.bprmf import user_rows
 
 if TYPE_CHECKING:
@@ -85,8 +92,7 @@ class NCF(SequenceModel):
         self, input_ids: torch.Tensor, users: torch.Tensor | None = None, **layout: torch.Tensor
     ) -> torch.Tensor:
         """(B, L) -> (B, L, f + d_mlp): the user's [GMF; MLP] vectors at every position."""
-        if layout:
-            raise ValueError("NCF reads whole rows: next_item.pack must be false")
+        whole_rows_only("NCF", layout)
         u = self.user_vector(input_ids, users)
         return u[:, None, :].expand(-1, input_ids.shape[1], -1)
 

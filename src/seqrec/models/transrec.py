@@ -30,6 +30,7 @@ from seqrec.models.base import (
     SequenceModel,
     last_positions,
     whole_row_batches,
+    whole_rows_only,
 )
 from seqrec.models.bprmf import user_rows
 
@@ -77,8 +78,7 @@ class TransRec(SequenceModel):
         self, input_ids: torch.Tensor, users: torch.Tensor | None = None, **layout: torch.Tensor
     ) -> torch.Tensor:
         """(B, L) -> (B, L, D + 1): [2a; 1], a = γ_l + t + t_u, at each position's item l."""
-        if layout:
-            raise ValueError("TransRec reads whole rows: next_item.pack must be false")
+        whole_rows_only("TransRec", layout)
         t_u = self.user_emb(user_rows(users, self.n_users, input_ids))  # (B, D)
         a = self.points(input_ids) + (self.translation + t_u)[:, None, :]
         return torch.cat([2 * a, torch.ones_like(a[..., :1])], dim=-1)

@@ -31,7 +31,8 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from seqrec.data.ids import IdCodec
+from seqrec.data.candidates import item_popularity
+from seqrec.data.ids import IdCodec, same_items
 from seqrec.data.prepared import PreparedDataset, load_prepared
 from seqrec.data.preprocess import left_pad
 from seqrec.errors import ConfigError, SeqrecError
@@ -128,7 +129,7 @@ class Recommender:
         run = load_run(run_dir, device=device, trust=trust)
         prepared = run.source.get("prepared")
         dataset = load_prepared(prepared) if prepared and Path(prepared).exists() else None
-        if dataset is not None and list(dataset.item_ids) != list(run.item_ids):
+        if dataset is not None and not same_items(dataset.item_ids, run.item_ids):
             dataset = None  # prepared again with other settings since: not this run's data
         vocab = RunDir(run_dir, trust=trust).vocab()
         if "popularity" in vocab:
@@ -447,5 +448,4 @@ def _csr(histories: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.nd
 
 def _train_popularity(ds: PreparedDataset) -> np.ndarray:
     """(n_items + 1,) interaction counts of the training split."""
-    train = ds.split.train
-    return np.bincount(train.items, minlength=train.n_items + 1).astype(np.float32)
+    return item_popularity(ds.split.train).astype(np.float32)

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
 from seqrec.config import RunConfig
+from seqrec.data.candidates import item_popularity
 from seqrec.data.prepared import PreparedDataset
 from seqrec.errors import ConfigError
 from seqrec.evaluation.protocols import PROTOCOLS, evaluate_split, parse_protocols
@@ -227,8 +227,7 @@ def _start(run: RunDir, ds: PreparedDataset, cfg: RunConfig, source: dict[str, A
     settings = ds.data_settings()
     if settings is not None and settings != cfg.data:
         cfg = dataclasses.replace(cfg, data=settings)
-    train_items = ds.split.training(cfg.train.train_on).items
-    popularity = np.bincount(train_items, minlength=ds.n_items + 1).tolist()
+    popularity = item_popularity(ds.split.training(cfg.train.train_on)).tolist()
     recorded = {**(source or {}), "prepared": str(ds.path)}
     origin = (ds.manifest.get("key") or {}).get("source") or {}
     if "data" not in recorded and "path" in origin:  # fit from Python: the file it read

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -21,6 +20,8 @@ from seqrec.config import (
     TrainConfig,
 )
 from seqrec.data.batches import Batch
+from seqrec.data.candidates import item_popularity
+from seqrec.data.ids import check_items
 from seqrec.data.negatives import NegativeSampler
 from seqrec.data.prepared import PreparedDataset
 from seqrec.errors import ConfigError, DataError
@@ -327,7 +328,7 @@ def setup(
     if fresh and t.init_from:
         _warm_start(model, Path(t.init_from), cfg, ds)
     elif fresh:  # e.g. bert4rec.out_bias_init (a no-op for most models)
-        counts = np.bincount(ds.split.training(t.train_on).items, minlength=ds.n_items + 1)[1:]
+        counts = item_popularity(ds.split.training(t.train_on))[1:]
         model.init_output_bias(torch.from_numpy(counts).to(device))
     model.train()
     sampler = entry(cfg.model).batches(cfg, ds)
@@ -370,8 +371,7 @@ def _init_state(
     run = ckpt.load_run(source)  # verified: manifest, ranges, its own weights' shapes
     if run.config.model != cfg.model:
         raise ConfigError(f"{where}: a {run.config.model} run; expected a {cfg.model} run")
-    if list(run.item_ids) != list(ds.item_ids):
-        raise ConfigError(f"{where}: the run was trained on another dataset's items")
+    check_items(run.item_ids, ds.item_ids, where)
     # the architecture section's size keys, where the model has them, said as configured
     mine, theirs = cfg.sections[0][1], run.config.sections[0][1]
     diff = [

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from seqrec.data.candidates import item_popularity
 from seqrec.data.preprocess import Sequences
 
 __all__ = ["Popularity"]
@@ -24,7 +25,7 @@ class Popularity:
 
     @classmethod
     def fit(cls, train: Sequences) -> Popularity:
-        return cls(np.bincount(train.items, minlength=train.n_items + 1))
+        return cls(item_popularity(train))
 
     def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
         counts = self.counts.to(histories.device)
