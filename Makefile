@@ -34,8 +34,8 @@ test-slow: $(VENV)/.installed
 	$(BIN)/python -m pytest -m slow
 
 bench: $(VENV)/.installed
-	$(BIN)/python benchmarks/pop_ml1m.py
-	$(BIN)/python benchmarks/prepare_scale.py
+	$(BIN)/python benchmarks/reproduce.py pop-ml1m
+	$(BIN)/python benchmarks/speed.py prepare-scale
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

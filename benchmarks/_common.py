@@ -1,4 +1,5 @@
-"""Shared by the benchmark scripts: the one way a result is written and a run is reused.
+"""Shared by the benchmark programs: the one way a result is written and a run is reused, and the
+dispatch of a program's subcommands to the measurements of benchmarks/suite (`run_suite`).
 
 Every result is written by `seqrec.experiments.results.write_results` (JSON + Markdown with the
 command, the evaluating commit and its diff when dirty, the machine, the seeds and a record of every
@@ -8,6 +9,7 @@ config equals the requested one (`train_or_reuse`).
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -22,7 +24,27 @@ from seqrec.files import check_name
 RESULTS = Path(__file__).parent / "results"
 
 
-# where each script's results go (benchmarks/results/<area>/); INDEX.md lists them all
+# the measurement running (a module of benchmarks/suite, by its name), set by `run_suite`
+CURRENT: str | None = None
+
+
+def run_suite(doc: str, commands: Mapping[str, str], argv: Sequence[str] | None = None) -> None:
+    """`python benchmarks/<program>.py SUBCOMMAND ARGS`: run `main(ARGS)` of the subcommand's
+    module in benchmarks/suite; without one (or with --help), the program's docstring."""
+    global CURRENT
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help") or args[0] not in commands:
+        print(doc.strip())
+        if args and args[0] not in ("-h", "--help"):
+            print(f"\nunknown subcommand {args[0]!r}; one of: {', '.join(commands)}")
+            sys.exit(2)
+        sys.exit(0 if args else 2)
+    CURRENT = commands[args[0]]
+    module = importlib.import_module(f"suite.{CURRENT}")
+    module.main(args[1:])
+
+
+# where each measurement's results go (benchmarks/results/<area>/); INDEX.md lists them all
 SCRIPT_AREA = {
     "baselines_ml1m": "baselines",
     "beauty": "evaluation",
@@ -57,7 +79,7 @@ SCRIPT_AREA = {
 
 def results_stem(name: str, area: str | None = None) -> Path:
     """benchmarks/results/<area>/<name>: `area` defaults to the running script's."""
-    area = area or SCRIPT_AREA.get(Path(sys.argv[0]).stem)
+    area = area or SCRIPT_AREA.get(CURRENT or Path(sys.argv[0]).stem)
     if not area:
         raise ValueError(f"no results area for {sys.argv[0]}: pass area=")
     return RESULTS / area / check_name(name, "--name")

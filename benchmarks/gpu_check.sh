@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check (benchmarks/gpu_check.py) on a machine with one CUDA GPU, in under 10 minutes.
+# The GPU check (benchmarks/gpu.py check) on a machine with one CUDA GPU, in under 10 minutes.
 # From the repository root, the papers' ML-1M file in a data folder laid out like shared/data:
 #
 #   SEQREC_DATA_DIR=/path/to/data bash benchmarks/gpu_check.sh
@@ -31,4 +31,4 @@ DATA="${SEQREC_DATA_DIR:-$PWD/.data}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
 OUT_DIR="${OUT:-/tmp/gpu-check}"
 mkdir -p "$OUT_DIR"
-python3 benchmarks/gpu_check.py --data-dir "$DATA" --out "$OUT_DIR" "$@" 2>&1 | tee "$OUT_DIR/gpu_check.log"
+python3 benchmarks/gpu.py check --data-dir "$DATA" --out "$OUT_DIR" "$@" 2>&1 | tee "$OUT_DIR/gpu_check.log"

@@ -3,7 +3,7 @@
 The peers live in their own virtual environment (created here on first use, torch pinned to
 the project's 2.13.0; never project dependencies). Each peer model trains for a fixed
 wall-clock window with sizes matched to ours (benchmarks/peers_worker.py); ours runs the same
-shape through the real training step (benchmarks/throughput.py). The fair unit is the time of
+shape through the real training step (benchmarks/speed.py throughput). The fair unit is the time of
 one epoch, a pass over every training interaction as a target: RecTools and seqrec train one
 sequence per user, RecBole one sample per prefix (about 160 times as many, one target each).
 
@@ -20,11 +20,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from throughput import measure
+
 from _common import paper_ml1m, write_results
 from seqrec.config import RunConfig, load_config
 from seqrec.data import download
 from seqrec.data.prepare import prepare
-from throughput import measure
 
 PEER_PACKAGES = ["torch==2.13.0", "recbole==1.2.1", "rectools[torch]==0.19.0"]
 # our model -> (our shipped config, the worker's matched sizes)

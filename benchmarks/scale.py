@@ -15,7 +15,7 @@ on a seeded sample of users (`eval.sample_users`); that run's test split evaluat
 written by `seqrec recommend --all-users`; `seqrec serve` on the run under wrk (8 connections,
 real histories of the log).
 
-`ml-20m`: the ML-20M-format synthetic `ratings.csv` of benchmarks/prepare_scale.py (138,493
+`ml-20m`: the ML-20M-format synthetic `ratings.csv` of benchmarks/speed.py prepare-scale (138,493
 users, 26,744 items, 20,000,263 ratings), or the real file with --data; prepare; BERT4Rec
 (`ml-20m-bert4rec`) and SASRec+CE (`ml-20m-sasrec-ce`) each under the budget, every user of
 validation and test ranked under the three protocols at the end (the `seqrec train` run's own
@@ -251,7 +251,7 @@ def ml20m(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
     ds = load_prepared(prep)
     return {
-        "source": "real" if args.data else "synthetic (benchmarks/prepare_scale.py)",
+        "source": "real" if args.data else "synthetic (benchmarks/speed.py prepare-scale)",
         "users": ds.n_users,
         "items": ds.n_items,
         "interactions": int(len(ds.sequences.items)),

@@ -20,12 +20,16 @@ def _isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def benchmark_script(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], ModuleType]:
-    """Load a script of benchmarks/ by name as a module (they import their sibling _common, and
-    a dataclass looks its module up in sys.modules; both undone after the test)."""
+    """Load a program of benchmarks/ or a measurement of benchmarks/suite by name as a module
+    (they import _common, and a dataclass looks its module up in sys.modules; both undone after
+    the test)."""
 
     def load(name: str) -> ModuleType:
         monkeypatch.syspath_prepend(str(BENCHMARKS))
-        spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+        path = BENCHMARKS / f"{name}.py"
+        if not path.exists():
+            path = BENCHMARKS / "suite" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(name, path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         monkeypatch.setitem(sys.modules, name, module)

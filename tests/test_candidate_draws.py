@@ -1,5 +1,5 @@
-"""benchmarks/candidate_draws.py: a trained run evaluated again under other candidate draws;
-its own draw must give back the test numbers the run recorded."""
+"""benchmarks/analyses.py candidate-draws: a trained run evaluated again under other candidate
+draws; its own draw must give back the test numbers the run recorded."""
 
 from __future__ import annotations
 

@@ -92,3 +92,18 @@ def test_every_import_the_docs_show_works(where: str, statement: str) -> None:
     else:
         for alias in tree.names:  # type: ignore[attr-defined]
             importlib.import_module(alias.name)
+
+
+def test_benchmarks_are_a_few_programs_and_every_measurement_is_reachable() -> None:
+    """benchmarks/ keeps at most 15 programs; each measurement of benchmarks/suite is a
+    subcommand of one of them (`COMMANDS`), so every results file's command still runs."""
+    bench = ROOT / "benchmarks"
+    programs = sorted(p.name for p in [*bench.glob("*.py"), *bench.glob("*.sh")])
+    assert len(programs) <= 15, programs
+    reachable = set()
+    for program in bench.glob("*.py"):
+        for node in ast.parse(program.read_text()).body:
+            if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "COMMANDS":
+                reachable |= set(ast.literal_eval(node.value).values())
+    modules = {p.stem for p in (bench / "suite").glob("*.py") if p.stem != "__init__"}
+    assert modules and modules == reachable

@@ -1,5 +1,5 @@
-"""benchmarks/target_counts.py: how often each held-out target was seen in the trained-on items,
-checked against counts done by hand on three users."""
+"""benchmarks/analyses.py target-counts: how often each held-out target was seen in the trained-on
+items, checked against counts done by hand on three users."""
 
 from __future__ import annotations
 

@@ -139,7 +139,7 @@ def pad_histories(seqs: Sequences, rows: np.ndarray, max_len: int | None = None)
 # At most `batch_size` histories are scored per call, and fewer on a large catalogue: so many
 # that one call's (rows, n_items + 1) float32 scores stay within this many bytes. A larger block
 # is a fresh allocation above glibc's mmap threshold (32 MB at most) on every call, paid again in
-# page faults each time (benchmarks/eval_speed.py measures a whole validation pass).
+# page faults each time (benchmarks/speed.py eval-speed measures a whole validation pass).
 SCORES_BYTES = 16 << 20
 # Fewer whole-catalogue rows than this per call (a catalogue over 65,535 items), and a blockwise
 # scorer reads the catalogue in blocks instead (`score_plan`)

@@ -40,7 +40,7 @@ class BERT4RecConfig:
     dropout: float = 0.2  # hidden dropout; the paper tunes it, the original ML-1M script uses 0.2
     # Dropout on the attention weights (original code: 0.2). Any value > 0 forces PyTorch's
     # unfused (slower) attention path; the ML-1M recipe sets 0 (docs/results/bert4rec.md, and
-    # benchmarks/throughput.py --variant to measure the cost on a machine).
+    # benchmarks/speed.py throughput --variant to measure the cost on a machine).
     attn_dropout: float = 0.2
     # Initialisation. "trunc_normal": std 0.02 cut at ±2 std, as the original code's
     # truncated_normal_initializer(0.02); "trunc_normal_range": cut at ±0.02, the paper's text

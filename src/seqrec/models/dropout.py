@@ -5,7 +5,7 @@ is about a fifth of a SASRec or BERT4Rec training step. `FastDropout` draws 16 r
 element in bulk (one `randint` over int64 words, viewed as int16) and keeps the elements whose
 bits lie above a threshold: the same inverted dropout, with the drop probability rounded to a
 multiple of 1/65536 and a different random stream; cheaper to draw than `nn.Dropout`'s mask
-(benchmarks/throughput.py measures the training step with and without it).
+(benchmarks/speed.py throughput measures the training step with and without it).
 """
 
 from __future__ import annotations

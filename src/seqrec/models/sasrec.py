@@ -53,7 +53,7 @@ class SASRecConfig:
     n_heads: int = 1  # the paper uses one head; the original code supports several
     dropout: float = 0.2  # §IV-C: 0.2 for ML-1M, 0.5 for the sparse datasets
     # Dropout on the attention weights. The original code applies `dropout` there; any value
-    # > 0 forces PyTorch's unfused (slower) attention path; benchmarks/throughput.py --variant
+    # > 0 forces PyTorch's unfused (slower) attention path; benchmarks/speed.py throughput --variant
     # measures the cost on a machine.
     attn_dropout: float = 0.2
     # original code: item embeddings are multiplied by sqrt(d) before the positional embedding

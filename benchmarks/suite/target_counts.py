@@ -6,7 +6,7 @@ embeddings, so where the test targets are colder than the validation targets, a 
 validation scores lower on test than on validation, and training on the validation items
 narrows the gap. Counts only: no model is trained.
 
-    python benchmarks/target_counts.py [--data-dir DIR]
+    python benchmarks/analyses.py target-counts [--data-dir DIR]
 """
 
 from __future__ import annotations
@@ -48,10 +48,10 @@ def target_counts(split: LeaveOneOut) -> dict[str, dict[str, Any]]:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data-dir")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     files = {"ml-1m": paper_ml1m(args.data_dir), "beauty": paper_beauty(args.data_dir)}
     results: dict[str, dict[str, dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -81,7 +81,3 @@ def main() -> None:
         "counts": results,
     }
     write_results("target_counts", payload, "\n".join(lines) + "\n", seeds={})
-
-
-if __name__ == "__main__":
-    main()

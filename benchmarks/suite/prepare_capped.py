@@ -1,11 +1,11 @@
 """A log larger than the memory it is prepared in: the ML-20M-format synthetic `ratings.csv` of
-benchmarks/prepare_scale.py (20,000,263 rows) with one more column of text per row (a
+benchmarks/speed.py prepare-scale (20,000,263 rows) with one more column of text per row (a
 `comment` of --extra-bytes characters, as logs carry fields a recommender never reads),
 prepared by `seqrec prepare` with each reader (`data.reader` = memory, then stream) inside a
 memory cgroup capped at --cap GiB. Reports for each: completed or killed by the cap, wall time,
 peak RSS.
 
-    python benchmarks/prepare_capped.py [--cap 3] [--extra-bytes 40] [--workdir DIR]
+    python benchmarks/speed.py prepare-capped [--cap 3] [--extra-bytes 40] [--workdir DIR]
 
 Needs a writable cgroup memory controller (v1 `/sys/fs/cgroup/memory` or v2), i.e. root in a
 container or a machine that allows it; it stops with one line otherwise.
@@ -26,7 +26,7 @@ from typing import Any
 import polars as pl
 
 from _common import write_results
-from prepare_scale import make_file
+from suite.prepare_scale import make_file
 
 
 def _cgroup(cap_bytes: int) -> Path:
@@ -74,13 +74,13 @@ def _prepare(src: Path, out: Path, reader: str, group: Path) -> dict[str, Any]:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--cap", type=float, default=3.0, help="GiB")
     ap.add_argument("--extra-bytes", type=int, default=40)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     group = _cgroup(int(args.cap * 2**30))
     try:
         with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
@@ -112,7 +112,3 @@ def main() -> None:
     paths = write_results("prepare_capped", payload, md, seeds={"synthetic_file": args.seed})
     print(md)
     print("wrote", *paths)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,7 @@
 """Probes on one GPU, several at once: `seqrec train` runs of shipped configs under settings,
 each to its own epoch count, side by side on the card (a small model leaves most of it idle).
 
-    python benchmarks/gpu_sweep.py --data-dir DIR [--probes NAME,...] [--seeds 0,1,...]
+    python benchmarks/gpu.py sweep --data-dir DIR [--probes NAME,...] [--seeds 0,1,...]
         [--jobs 12] [--cap 330s] [--deadline 500] [--out DIR] [--name sasrec_bce_gpu_probes]
 
 Each probe trains from scratch, once per training seed, with the state chosen on validation as
@@ -151,7 +151,7 @@ def _markdown(result: dict[str, Any]) -> str:
     return md + f"\nTotal {result['seconds']:.0f} s.\n"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data-dir")
     ap.add_argument("--probes", default=",".join(PROBES))
@@ -163,7 +163,7 @@ def main() -> None:
     ap.add_argument("--runs", default="/tmp/seqrec-gpu-sweep")
     ap.add_argument("--out", help="also copy the results here (the device tool's $OUT)")
     ap.add_argument("--name", default="sasrec_bce_gpu_probes")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     names = args.probes.split(",")
     unknown = [n for n in names if n not in PROBES]
     if unknown:
@@ -242,7 +242,3 @@ def main() -> None:
             waiting = []
     save()
     print(_markdown(result))
-
-
-if __name__ == "__main__":
-    main()

@@ -2,7 +2,7 @@
 budget, trained (or reused) in the runs folder; the members' weights are chosen on validation
 full NDCG@10 over a grid, and the test split is read once, at the chosen weights.
 
-    python benchmarks/ensemble.py --data ml-1m --member lrurec=ml-1m-lrurec:30m \\
+    python benchmarks/reproduce.py ensemble --data ml-1m --member lrurec=ml-1m-lrurec:30m \\
         --member sasrec-ce=ml-1m-sasrec-ce:10m [--seeds 0,1,2] [--runs-dir DIR] [--step 0.1]
         [--name NAME]
 
@@ -115,7 +115,7 @@ def _mean_std(values: list[float]) -> dict[str, float | None]:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data", choices=("ml-1m", "beauty"), default="ml-1m")
     ap.add_argument("--data-dir")
@@ -124,7 +124,7 @@ def main() -> None:
     ap.add_argument("--seeds", default="0", help="comma-separated training seeds")
     ap.add_argument("--step", type=float, default=0.1)
     ap.add_argument("--name", default="ensemble_ml1m")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     src = (paper_ml1m if args.data == "ml-1m" else paper_beauty)(args.data_dir)
     seeds = [int(s) for s in args.seeds.split(",")]
     cfgs = [budgeted_row(spec)[3] for spec in args.member]  # every spec checked before training
@@ -217,7 +217,3 @@ def main() -> None:
     )
     print(md)
     print("wrote", *paths)
-
-
-if __name__ == "__main__":
-    main()

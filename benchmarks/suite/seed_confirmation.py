@@ -1,10 +1,10 @@
 """Confirm a close call with more seeds: train a shipped config with several training seeds
-(each run reused from benchmarks/time_to_quality.py's run directory of the same config, budget
+(each run reused from benchmarks/speed.py time-to-quality's run directory of the same config, budget
 and seed when there is one), evaluate every run against the candidates of several candidate
 seeds, and report each metric's mean ± standard deviation beside its target, saying plainly
 whether the target holds on the mean.
 
-    python benchmarks/seed_confirmation.py --config ml-1m-sasrec-ce --budget 10
+    python benchmarks/reproduce.py seed-confirmation --config ml-1m-sasrec-ce --budget 10
         [--seeds 0,1,2] [--candidate-seeds 42,43]
         [--target test.full.ndcg@10=0.18 ...] [--runs-dir DIR] [--name NAME] [--data-dir DIR]
 """
@@ -24,7 +24,7 @@ from seqrec.evaluation.protocols import PROTOCOLS
 from seqrec.training.checkpoint import load_run
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data-dir")
     ap.add_argument("--config", required=True)
@@ -35,7 +35,7 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--runs-dir", help="run directories (default: $SEQREC_HOME/runs)")
     ap.add_argument("--name")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     src = paper_ml1m(args.data_dir)
     runs = runs_dir(args.runs_dir)
     targets = {k: float(v) for k, _, v in (t.partition("=") for t in args.target)}
@@ -144,7 +144,3 @@ def _write(
     payload = {"config": args.config, "budget_min": args.budget, "rows": rows, "summary": summary}
     area = next((m for m in ("sasrec", "bert4rec") if m in args.config), "baselines")
     write_results(name, payload, "\n".join(lines), seeds=seeds, runs=run_dirs, area=area)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,7 @@
 """POP on the papers' ML-1M file under full / uni100 / pop100, beside both papers' POP rows, plus
 the time to prepare the dataset and to evaluate all users (a trivial scorer) under each protocol.
 
-    python benchmarks/pop_ml1m.py [--data-dir DIR] [--seed 42]
+    python benchmarks/reproduce.py pop-ml1m [--data-dir DIR] [--seed 42]
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from seqrec.evaluation.report import metrics_table
 from seqrec.models.baselines import Popularity
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data-dir")
     ap.add_argument("--seed", type=int, default=EvalConfig().negative_seed)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     src = paper_ml1m(args.data_dir)
     eval_cfg = EvalConfig(negative_seed=args.seed)
     with tempfile.TemporaryDirectory() as tmp:
@@ -67,7 +67,3 @@ def main() -> None:
     paths = write_results("pop_ml1m", payload, md, seeds={"candidates": args.seed})
     print(md)
     print("wrote", *paths)
-
-
-if __name__ == "__main__":
-    main()

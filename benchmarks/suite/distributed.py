@@ -3,7 +3,7 @@ gloo) with T / N threads each, the same config and time budget, the same global 
 speed (sequences/s), quality (test full NDCG@10) and the cost of one all-reduce of the model's
 gradients between the ranks.
 
-    python benchmarks/distributed.py [--data-dir DIR] [--config ml-1m-sasrec-ce]
+    python benchmarks/speed.py distributed [--data-dir DIR] [--config ml-1m-sasrec-ce]
         [--budget 3m] [--ranks 2] [--threads 2] [--runs-dir DIR] [--name distributed]
 
 Both runs train from scratch into --runs-dir (default $SEQREC_HOME/runs/distributed-*); the
@@ -99,7 +99,7 @@ def _time_all_reduce(numel: int, reps: int) -> None:
     dist.destroy_process_group()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data-dir")
     ap.add_argument("--config", default="ml-1m-sasrec-ce")
@@ -109,7 +109,7 @@ def main() -> None:
     ap.add_argument("--runs-dir")
     ap.add_argument("--name", default="distributed")
     ap.add_argument("--time-all-reduce", type=int, metavar="NUMEL", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.time_all_reduce:
         return _time_all_reduce(args.time_all_reduce, reps=50)
 
@@ -158,7 +158,3 @@ def main() -> None:
     )
     print(md)
     print("wrote", *paths)
-
-
-if __name__ == "__main__":
-    main()

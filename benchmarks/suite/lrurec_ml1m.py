@@ -2,7 +2,7 @@
 budget, the test split under the three protocols beside the LRURec paper's full-ranking row,
 and its training speed beside SASRec+CE's (`ml-1m-sasrec-ce`), both timed in this process.
 
-    python benchmarks/lrurec_ml1m.py [--data-dir DIR] [--budget 20m] [--runs-dir DIR]
+    python benchmarks/reproduce.py lrurec-ml1m [--data-dir DIR] [--budget 20m] [--runs-dir DIR]
         [--steps 20] [--name lrurec_ml1m]
 
 The speed: `--steps` training steps of each recipe's model on its own first batches (after two
@@ -49,14 +49,14 @@ def _speed(ds: PreparedDataset, config: str, steps: int) -> dict[str, Any]:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data-dir")
     ap.add_argument("--runs-dir")
     ap.add_argument("--budget", default="20m")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--name", default="lrurec_ml1m")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     src = paper_ml1m(args.data_dir)
     cfg = load_config(RunConfig, "ml-1m-lrurec", [f"train.time_budget={json.dumps(args.budget)}"])
     ds = prepare(src, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=False)
@@ -100,7 +100,3 @@ def main() -> None:
     paths = write_results(args.name, payload, md, seeds={"train": 0}, runs=[Path(out)])
     print(md)
     print("wrote", *paths)
-
-
-if __name__ == "__main__":
-    main()

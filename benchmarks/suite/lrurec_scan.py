@@ -1,7 +1,7 @@
 """LRURec's two ways to compute the recurrence in training (`lrurec.scan`): the authors'
 recursive doubling and the chunked scan, timed in one process on the papers' ML-1M file.
 
-    python benchmarks/lrurec_scan.py [--data-dir DIR] [--steps 10] [--rounds 2]
+    python benchmarks/speed.py lrurec-scan [--data-dir DIR] [--steps 10] [--rounds 2]
         [--name lrurec_scan]
 
 Two measurements, each taken --rounds times alternating the two scans (the machine's speed
@@ -78,13 +78,13 @@ def _first_loss(ds: PreparedDataset, scan: str) -> float:
     return float(training.step(next(iter(training.sampler.epoch(0)))))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data-dir")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--name", default="lrurec_scan")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     ds = prepare(paper_ml1m(args.data_dir), progress=False)
     alone: dict[str, list[float]] = {s: [] for s in SCANS}
     steps: dict[str, list[dict[str, Any]]] = {s: [] for s in SCANS}
@@ -130,7 +130,3 @@ def main() -> None:
     )
     write_results(args.name, payload, md, seeds={"train": 0, "data": 0}, area="lrurec")
     print(md)
-
-
-if __name__ == "__main__":
-    main()

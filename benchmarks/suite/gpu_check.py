@@ -1,6 +1,6 @@
 """The GPU check: what one CUDA GPU gives with the shipped recipes, in under 10 minutes.
 
-    python benchmarks/gpu_check.py --data-dir DIR [--budget 60s] [--out DIR] [--device cuda]
+    python benchmarks/gpu.py check --data-dir DIR [--budget 60s] [--out DIR] [--device cuda]
         [--deadline 540] [--window 3] [--recipes NAME,...] [--skip-tests]
 
 1. time to quality: `seqrec train` of recipes of `RECIPES` (default: the shipped configs, no
@@ -354,7 +354,7 @@ def _markdown(result: dict[str, Any], budget: str) -> str:
     return md + f"Total {result.get('seconds', 0):.0f} s.\n"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data-dir")
     ap.add_argument("--budget", default="60s")
@@ -368,7 +368,7 @@ def main() -> None:
     ap.add_argument("--skip-tests", action="store_true")
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--name", default="gpu_check")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     data = paper_ml1m(args.data_dir)
     runs = Path(args.runs)
     runs.mkdir(parents=True, exist_ok=True)
@@ -425,7 +425,3 @@ def main() -> None:
         monitor.close()
         save()
     print(_markdown(result, args.budget))
-
-
-if __name__ == "__main__":
-    main()

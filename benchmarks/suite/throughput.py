@@ -4,7 +4,7 @@ speed option, the median of repeated timed windows, beside the matmul peak this 
 reaches and the share of it each configuration uses (FLOPs of one step counted by torch's
 FlopCounterMode).
 
-    python benchmarks/throughput.py [--data-dir DIR] [--dataset ml-1m|beauty]
+    python benchmarks/speed.py throughput [--data-dir DIR] [--dataset ml-1m|beauty]
         [--configs ml-1m-bert4rec,ml-1m-sasrec]
         [--variant NAME=KEY=VALUE,KEY=VALUE ...] [--steps 0] [--repeats 3] [--name throughput]
 
@@ -81,7 +81,7 @@ def measure(cfg: RunConfig, ds: Any, steps: int, repeats: int, warmup: int) -> d
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data-dir")
     ap.add_argument("--dataset", choices=sorted(DATASETS), default="ml-1m")
@@ -97,7 +97,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="timed windows (the median is kept)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--name", default="throughput")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     src = DATASETS[args.dataset][0](args.data_dir)
     variants: dict[str, list[str]] = {"as shipped": []}
     for spec in args.variant or ["bf16=train.bf16=true"]:
@@ -162,7 +162,3 @@ def _write(args: argparse.Namespace, peaks: dict[str, float], rows: list[dict[st
     }
     seeds = {"init_and_batches": sorted({r["seed"] for r in rows})[0] if rows else None}
     write_results(args.name, payload, "\n".join(lines), seeds=seeds)
-
-
-if __name__ == "__main__":
-    main()

@@ -4,7 +4,7 @@ state chosen on validation, under full / uni100 / pop100, beside BERT4Rec Table 
 with the acceptance bar of issue 16 (its HR@10 and NDCG@10 minus 0.02) and SASRec Table III's
 (uni100).
 
-    python benchmarks/baselines_ml1m.py [--data-dir DIR] [--runs-dir DIR]
+    python benchmarks/reproduce.py baselines-ml1m [--data-dir DIR] [--runs-dir DIR]
         [--row gru4rec=ml-1m-gru4rec:10m[:key=value,...] ...] [--name baselines_ml1m]
 
 A finished run in RUNS_DIR/ml1m-<row> is reported as it was trained (if its config is the
@@ -42,13 +42,13 @@ PAPERS = {*PAPER_BASELINES_ML1M, *PAPER_BASELINES_ML1M_UNI100}
 MARGIN = 0.02  # issue 16: each baseline reaches the paper's HR@10 / NDCG@10 minus this
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data-dir")
     ap.add_argument("--runs-dir")
     ap.add_argument("--row", action="append", metavar="NAME=CONFIG:BUDGET", help="repeatable")
     ap.add_argument("--name", default="baselines_ml1m", help="results file name")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     src = paper_ml1m(args.data_dir)
     rows: dict[str, dict[str, Any]] = {}
     runs = []
@@ -135,7 +135,3 @@ def _markdown(rows: dict[str, dict[str, Any]]) -> str:
         "CPU seconds per wall second per thread; well below 1 means the cores were shared).",
     ]
     return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    main()

@@ -2,7 +2,7 @@
 with the speed options, the same number of epochs and the same schedule, and compare validation
 full-ranking NDCG@10 epoch by epoch, test metrics under every protocol, and sequences/s.
 
-    python benchmarks/speed_options_quality.py [--data-dir DIR] [--pairs bce,ce,bert4rec]
+    python benchmarks/analyses.py speed-options-quality [--data-dir DIR] [--pairs bce,ce,bert4rec]
         [--runs-dir DIR] [--name speed_options_quality]
 
 Finished run directories (`<runs-dir>/q-<pair>-faithful`, `q-<pair>-fast`) are reported as
@@ -58,13 +58,13 @@ PAIRS: dict[str, tuple[str, str, list[str], list[str]]] = {
 }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data-dir")
     ap.add_argument("--pairs", default=",".join(PAIRS))
     ap.add_argument("--runs-dir", help="run directories (default: $SEQREC_HOME/runs)")
     ap.add_argument("--name", default="speed_options_quality")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     src = paper_ml1m(args.data_dir)
     runs = runs_dir(args.runs_dir)
     rows: list[dict[str, Any]] = []
@@ -120,7 +120,3 @@ def _write(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
     runs = [Path(r["run_dir"]) for r in rows]
     seeds = {"train": sorted({r["seed"] for r in rows})[0] if rows else None}
     write_results(args.name, {"rows": rows}, "\n".join(lines), seeds=seeds, runs=runs)
-
-
-if __name__ == "__main__":
-    main()

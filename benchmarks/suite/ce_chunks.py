@@ -3,7 +3,7 @@ backward time
 for M target positions against catalogues of ML-1M's and Beauty's sizes, and the height the
 library picks (`ce_chunk_rows`). Random features and weights; the best of `--repeats` runs.
 
-    python benchmarks/ce_chunks.py [--rows 2500] [--repeats 3] [--name ce_chunks]
+    python benchmarks/speed.py ce-chunks [--rows 2500] [--repeats 3] [--name ce_chunks]
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ def _time(z: torch.Tensor, w: torch.Tensor, b: torch.Tensor, t: torch.Tensor, n:
     return best
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rows", type=int, default=2500, help="target positions M")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--name", default="ce_chunks")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     g = torch.Generator().manual_seed(0)
     results: dict[str, dict[str, float]] = {}
     for label, V in CATALOGUES.items():
@@ -76,7 +76,3 @@ def main() -> None:
     )
     print("\n".join(lines))
     print("wrote", *paths)
-
-
-if __name__ == "__main__":
-    main()

@@ -4,9 +4,9 @@ the model fixed. Per run and metric: the number with the run's own draw (the con
 by default), the mean ± sample standard deviation and range over the other draws, and, beside a
 paper's row, how many draws reach it. What it sizes: whether a gap to a paper's number is larger
 than the protocol's own noise (the training seed's share is measured apart, e.g. by
-`gpu_sweep.py --seeds`).
+`gpu.py sweep --seeds`).
 
-    python benchmarks/candidate_draws.py LABEL=RUN_DIR [LABEL=RUN_DIR ...] [--draws 20]
+    python benchmarks/analyses.py candidate-draws LABEL=RUN_DIR [LABEL=RUN_DIR ...] [--draws 20]
         [--table sasrec-table3-ml1m | bert4rec-table2-ml1m | --protocol uni100] [--name NAME]
 
 LABEL names the row, and with --table the paper's row beside it (a model key of the table).
@@ -104,7 +104,7 @@ def run_draws(
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("runs", nargs="+", metavar="LABEL=RUN_DIR")
     ap.add_argument("--draws", type=int, default=20, help="other candidate draws (seeds 0..N-1)")
@@ -113,7 +113,7 @@ def main() -> None:
     )
     ap.add_argument("--protocol", help="uni100 or pop100 (default: the table's)")
     ap.add_argument("--name", default="candidate_draws", help="results file stem")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.draws < 2:
         raise SystemExit("candidate_draws: --draws must be at least 2 (a standard deviation)")
     runs = _runs(args.runs)
@@ -182,7 +182,3 @@ def main() -> None:
         runs=[run_dir for _, run_dir in runs],
     )
     print("\n".join(lines))
-
-
-if __name__ == "__main__":
-    main()

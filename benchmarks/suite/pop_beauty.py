@@ -4,7 +4,7 @@ ranked by their count in the training part) and a POP counting the whole file, h
 validation and test items included — the popularity the original code's vocabulary counts
 (`FreqVocab` over every user's full sequence), which its pop100 negatives are also drawn from.
 
-    python benchmarks/pop_beauty.py [--data-dir DIR] [--seed 42]
+    python benchmarks/reproduce.py pop-beauty [--data-dir DIR] [--seed 42]
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ TABLE1 = {"users": 40226, "items": 54542, "actions": 353962, "avg_length": 8.8, 
 METRICS = ("hr@1", "hr@5", "hr@10", "ndcg@5", "ndcg@10", "mrr")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data-dir")
     ap.add_argument("--seed", type=int, default=EvalConfig().negative_seed)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     src = paper_beauty(args.data_dir)
     with tempfile.TemporaryDirectory() as tmp:
         ds = prepare(
@@ -125,7 +125,3 @@ def main() -> None:
     }
     write_results("pop_beauty", payload, "\n".join(lines) + "\n", seeds={"candidates": args.seed})
     print("\n".join(lines))
-
-
-if __name__ == "__main__":
-    main()

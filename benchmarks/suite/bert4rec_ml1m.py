@@ -2,7 +2,7 @@
 ML-1M recipe), then write the test metrics under pop100 beside the paper's Table 2 row, plus full
 and uni100, wall time, epochs and sequences/s, and the JSON behind it.
 
-    python benchmarks/bert4rec_ml1m.py [--data-dir DIR] [--config ml-1m-bert4rec]
+    python benchmarks/reproduce.py bert4rec-ml1m [--data-dir DIR] [--config ml-1m-bert4rec]
         [--set train.lr=1e-4 ...] [--out RUN_DIR] [--name bert4rec_ml1m]
 
 A finished run in --out is reported as it was trained (if its config is the requested one), an
@@ -23,14 +23,14 @@ from seqrec.evaluation.report import metrics_table
 from seqrec.models.baselines import Popularity
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data-dir")
     ap.add_argument("--config", default="ml-1m-bert4rec", help="a shipped config name or a path")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--out", help="run directory (default: under $SEQREC_HOME/runs)")
     ap.add_argument("--name", default="bert4rec_ml1m", help="results file name")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     src = paper_ml1m(args.data_dir)
     cfg = load_config(RunConfig, args.config, args.set)
     ds = prepare(src, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=False)
@@ -65,7 +65,3 @@ def main() -> None:
     paths = write_results(args.name, payload, md, seeds=seeds, runs=[out])
     print(md)
     print("wrote", *paths)
-
-
-if __name__ == "__main__":
-    main()

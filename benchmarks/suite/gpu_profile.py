@@ -2,11 +2,11 @@
 their batches built beforehand, the operations that make the host wait for the device (each with
 the line of seqrec that called it), and the torch profiler's busiest operators.
 
-    python benchmarks/gpu_profile.py --data-dir DIR [--config ml-1m-bert4rec] [--set k=v ...]
+    python benchmarks/gpu.py profile --data-dir DIR [--config ml-1m-bert4rec] [--set k=v ...]
         [--steps 30] [--out DIR]
 
 Prints a report (and writes it to --out/profile_<config>.txt). A diagnostic, not a results
-file: what it finds is measured again by benchmarks/gpu_check.py.
+file: what it finds is measured again by benchmarks/gpu.py check.
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ from seqrec.data.prepare import prepare
 from seqrec.training.setup import resolve_device, setup, torch_settings
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data-dir")
     ap.add_argument("--config", default="ml-1m-bert4rec")
     ap.add_argument("--set", action="append", default=[], dest="sets")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--out")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     out = io.StringIO()
 
     def say(*parts: object) -> None:
@@ -111,7 +111,3 @@ def main() -> None:
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         (Path(args.out) / f"profile_{args.config}.txt").write_text(out.getvalue())
-
-
-if __name__ == "__main__":
-    main()

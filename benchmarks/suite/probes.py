@@ -3,7 +3,7 @@ few overrides each) into one table: what each probe changed against the base, it
 curve at chosen epochs, its test metrics, speed and the commit it was trained at. Finished and
 interrupted runs alike (an interrupted one reports its curve so far, no test).
 
-    python benchmarks/probes.py --base benchmarks/configs/bert4rec-probe-30ep.toml
+    python benchmarks/analyses.py probes --base benchmarks/configs/bert4rec-probe-30ep.toml
         --runs-dir DIR --probe NAME [--probe NAME ...] [--at 9,19,29] [--name bert4rec_probes]
         [--set KEY=VALUE ...]
 
@@ -24,7 +24,7 @@ from seqrec.training.policy import as_trained
 from seqrec.training.rundir import RunDir
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--base", required=True, help="the config every probe starts from")
     ap.add_argument("--runs-dir", required=True)
@@ -34,7 +34,7 @@ def main() -> None:
     ap.add_argument("--name", default="probes")
     ap.add_argument("--area", help="the results folder (default: bert4rec)")
     ap.add_argument("--set", action="append", default=[], help="override the base: KEY=VALUE")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     base = load_config(RunConfig, args.base, args.set)
     at = [int(e) for e in args.at.split(",")]
     rows: list[dict[str, Any]] = []
@@ -143,7 +143,3 @@ def main() -> None:
         area=args.area,
     )
     print("\n".join(lines))
-
-
-if __name__ == "__main__":
-    main()

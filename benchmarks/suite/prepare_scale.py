@@ -2,7 +2,7 @@
 rows (138,493 users, 26,744 items, Zipf-like item popularity), prepared by `seqrec prepare` in a
 separate process; reports wall time and peak resident memory of that process.
 
-    python benchmarks/prepare_scale.py [--rows 20000263] [--seed 0] [--workdir DIR]
+    python benchmarks/speed.py prepare-scale [--rows 20000263] [--seed 0] [--workdir DIR]
 """
 
 from __future__ import annotations
@@ -40,14 +40,14 @@ def make_file(path: Path, rows: int, users: int, items: int, seed: int) -> None:
     ).write_csv(path)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rows", type=int, default=20_000_263)
     ap.add_argument("--users", type=int, default=138_493)
     ap.add_argument("--items", type=int, default=26_744)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         src = Path(tmp) / "ratings.csv"
         t0 = time.perf_counter()
@@ -94,7 +94,3 @@ def main() -> None:
     paths = write_results("prepare_scale", payload, md, seeds={"synthetic_file": args.seed})
     print(md)
     print("wrote", *paths)
-
-
-if __name__ == "__main__":
-    main()

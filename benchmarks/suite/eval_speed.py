@@ -16,7 +16,7 @@ catalogue (Beauty: 54,542 items) this is training time lost. The ranks of the va
 compared: row blocks of another size may move a score in its last bit (a different matmul
 shape), so the number of users whose rank differs is reported, not assumed to be zero.
 
-    python benchmarks/eval_speed.py [--data-dir DIR] [--repeats 3] [--name eval_speed]
+    python benchmarks/speed.py eval-speed [--data-dir DIR] [--repeats 3] [--name eval_speed]
 """
 
 from __future__ import annotations
@@ -83,12 +83,12 @@ def time_pass(ds: Any, scorer: ModelScorer, batch_size: int) -> tuple[float, np.
     return time.perf_counter() - t0, report.ranks["full"]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data-dir")
     ap.add_argument("--repeats", type=int, default=3, help="timed passes per variant (median)")
     ap.add_argument("--name", default="eval_speed")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     shipped = ev.full_ranks, ev.SCORES_BYTES
     rows: list[dict[str, Any]] = []
     seeds: dict[str, int | None] = {}
@@ -153,7 +153,3 @@ def main() -> None:
         )
     payload = {"repeats": args.repeats, "rows": rows}
     write_results(args.name, payload, "\n".join(lines), seeds=seeds)
-
-
-if __name__ == "__main__":
-    main()

@@ -3,7 +3,7 @@ user's full history (all items, history items excluded, top-k), one history at a
 p99 latency), evaluation of the test split under full / uni100 / pop100, and the top-k agreement
 of bf16 with fp32 on the same histories.
 
-    python benchmarks/inference.py RUN_DIR [--k 10] [--repeats 3] [--requests 1000]
+    python benchmarks/speed.py inference RUN_DIR [--k 10] [--repeats 3] [--requests 1000]
         [--name inference]
 """
 
@@ -65,14 +65,14 @@ def measure(rec: Recommender, histories: list[np.ndarray], args: argparse.Namesp
     return row, [[item for item, _ in r] for r in top]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("run")
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--requests", type=int, default=1000, help="single-history requests")
     ap.add_argument("--name", default="inference")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     torch.set_num_threads(os.cpu_count() or 1)
     rows: dict[str, Any] = {}
     tops: dict[str, list[list[Any]]] = {}
@@ -120,7 +120,3 @@ def main() -> None:
     write_results(
         args.name, payload, "\n".join(lines), seeds={"requests": 0}, runs=[Path(args.run)]
     )
-
-
-if __name__ == "__main__":
-    main()

@@ -4,7 +4,7 @@ budget, evaluated on the test split with the state chosen on validation under fu
 pop100, beside the paper's Table 2 Beauty rows (pop100) and the best published full-ranking
 numbers on this file.
 
-    python benchmarks/beauty.py [--data-dir DIR] [--runs-dir DIR]
+    python benchmarks/reproduce.py beauty [--data-dir DIR] [--runs-dir DIR]
         [--row sasrec=beauty-sasrec:20m ...] [--name beauty]
 
 A finished run in RUNS_DIR/beauty-<row> is reported as it was trained (if its config is the
@@ -32,13 +32,13 @@ PUBLISHED_FULL = {"sasrec-ce": ("SASRec+", 0.0327), "bert4rec": ("BERT4Rec", 0.0
 SHOWN = ("hr@10", "ndcg@10")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data-dir")
     ap.add_argument("--runs-dir")
     ap.add_argument("--row", action="append", metavar="NAME=CONFIG:BUDGET", help="repeatable")
     ap.add_argument("--name", default="beauty", help="results file name")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     src = paper_beauty(args.data_dir)
     rows: dict[str, dict[str, Any]] = {}
     runs = []
@@ -121,7 +121,3 @@ def _markdown(rows: dict[str, dict[str, Any]], stats: dict[str, Any]) -> str:
                 "curve " + ", ".join(f"({e}, {v:.4f})" for e, v in r["validation_curve"])
             )
     return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    main()

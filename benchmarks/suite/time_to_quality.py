@@ -3,7 +3,7 @@ of wall-clock budgets (its learning-rate schedule adapts to the budget), and the
 of the state chosen on validation at each budget, as a curve (PNG) and a table; several seeds at
 chosen budgets give a mean and standard deviation.
 
-    python benchmarks/time_to_quality.py [--data-dir DIR]
+    python benchmarks/speed.py time-to-quality [--data-dir DIR]
         [--model bert4rec:ml-1m-bert4rec[:5,10,15] ...] [--budgets 5,10,15,30,60,90]
         [--seeds bert4rec:15:0,1,2 ...] [--set KEY=VALUE ...] [--runs-dir DIR]
         [--name time_to_quality]
@@ -58,7 +58,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     tmp.replace(path)  # never a half-written figure
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data-dir")
     ap.add_argument("--model", action="append", default=[], metavar="MODEL:CONFIG[:BUDGETS]")
@@ -73,7 +73,7 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="all runs")
     ap.add_argument("--runs-dir", help="run directories (default: $SEQREC_HOME/runs)")
     ap.add_argument("--name", default="time_to_quality")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     src = paper_ml1m(args.data_dir)
     runs = runs_dir(args.runs_dir)
     extra: dict[tuple[str, int], list[int]] = {}
@@ -193,7 +193,3 @@ def _write(args: argparse.Namespace, rows: list[dict[str, Any]], run_dirs: list[
     seeds.update({f"candidates_{Path(r['run_dir']).name}": r["candidate_seed"] for r in rows})
     payload = {"runs": rows, "summary": summary, "figure": png.name}
     write_results(args.name, payload, "\n".join(lines), seeds=seeds, runs=run_dirs)
-
-
-if __name__ == "__main__":
-    main()

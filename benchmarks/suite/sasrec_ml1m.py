@@ -3,7 +3,7 @@
 (full ranking beside SASRec+, 0.1821) and gBCE (beside gSASRec, 0.1726). One Markdown + JSON
 result, rewritten after each variant, with wall time, epochs and sequences/s per variant.
 
-    python benchmarks/sasrec_ml1m.py [--data-dir DIR] [--variants bce,ce,gbce]
+    python benchmarks/reproduce.py sasrec-ml1m [--data-dir DIR] [--variants bce,ce,gbce]
         [--set KEY=VALUE ...] [--set-ce KEY=VALUE ...] [--runs-dir DIR] [--name sasrec_ml1m]
 """
 
@@ -39,7 +39,7 @@ VARIANTS: dict[str, tuple[str, str, str]] = {
 }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data-dir")
     ap.add_argument("--variants", default="bce,ce,gbce")
@@ -48,7 +48,7 @@ def main() -> None:
         ap.add_argument(f"--set-{v}", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--runs-dir", help="run directories (default: $SEQREC_HOME/runs)")
     ap.add_argument("--name", default="sasrec_ml1m", help="results file name")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     src = paper_ml1m(args.data_dir)
     runs = runs_dir(args.runs_dir)
     done: dict[str, Any] = {}
@@ -119,7 +119,3 @@ def _write(args: argparse.Namespace, src: Path, done: dict[str, Any]) -> None:
     paths = write_results(args.name, payload, "\n".join(parts), seeds=seeds, runs=runs)
     print("\n".join(parts))
     print("wrote", *paths, flush=True)
-
-
-if __name__ == "__main__":
-    main()

@@ -6,7 +6,7 @@ each block's sub-layer outputs are split into the part common to all users (norm
 and the part that varies (mean norm of the deviation), which shows where a constant vector
 drowns the history's signal.
 
-    python benchmarks/hidden_collapse.py RUN_DIR [RUN_DIR ...] [--users 500]
+    python benchmarks/analyses.py hidden-collapse RUN_DIR [RUN_DIR ...] [--users 500]
         [--name hidden_collapse]
 """
 
@@ -75,12 +75,12 @@ def inspect(run_dir: Path, n_users: int) -> dict[str, Any]:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("runs", nargs="+", type=Path)
     ap.add_argument("--users", type=int, default=500, help="validation histories, evenly spaced")
     ap.add_argument("--name", default="hidden_collapse", help="results file name")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     torch.manual_seed(0)
     found = [inspect(r, args.users) for r in args.runs]
     lines = [
@@ -117,7 +117,3 @@ def main() -> None:
     print(md)
     print("wrote", *paths)
     print(json.dumps([f["mean_cosine_between_users"] for f in found]))
-
-
-if __name__ == "__main__":
-    main()
