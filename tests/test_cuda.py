@@ -4,7 +4,6 @@ agree with the same weights on the CPU."""
 
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+import seqrec.evaluation.protocols as ev
 from seqrec.config import RunConfig, from_dict
 from seqrec.data.prepare import prepare_frame
 from seqrec.data.prepared import PreparedDataset
@@ -24,10 +24,6 @@ DEVICE = os.environ.get("SEQREC_TEST_DEVICE", "cuda")
 pytestmark = pytest.mark.skipif(
     DEVICE.startswith("cuda") and not torch.cuda.is_available(), reason="no CUDA device"
 )
-
-ev = importlib.import_module(
-    "seqrec.evaluation.protocols"
-)  # the module (seqrec.evaluation.protocols is the function)
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,7 @@
 """Every file a loader reads is checked before use (seqrec.training.checkpoint): its digest bound
-to its
-name in the manifest, the config's values against their ranges, the model's size against a bound
-and the weights' shapes against the config, before the model is allocated. Each malformed or
-edited file is one line naming it."""
+to its name in the manifest, the config's values against their ranges, the model's size against
+a bound and the weights' shapes against the config, before the model is allocated. Each
+malformed or edited file is one line naming it."""
 
 from __future__ import annotations
 

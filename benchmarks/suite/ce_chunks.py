@@ -1,7 +1,7 @@
 """The chunked full-softmax CE (seqrec.training.losses) at several chunk heights: forward +
-backward time
-for M target positions against catalogues of ML-1M's and Beauty's sizes, and the height the
-library picks (`ce_chunk_rows`). Random features and weights; the best of `--repeats` runs.
+backward time for M target positions against catalogues of ML-1M's and Beauty's sizes, and the
+height the library picks (`ce_chunk_rows`). Random features and weights; the best of `--repeats`
+runs.
 
     python benchmarks/speed.py ce-chunks [--rows 2500] [--repeats 3] [--name ce_chunks]
 """

@@ -8,8 +8,8 @@ beside how it did it before (kept here as the reference), and one step between:
 - "in place, 256 rows": the scores written once into one tensor, one comparison pass with the
   excluded history taken off afterwards (`seqrec.evaluation.protocols.full_ranks`), 256 histories
   per call;
-- "now": the same in blocks of rows whose scores fit `seqrec.evaluation.protocols.SCORES_BYTES` (16
-MB).
+- "now": the same in blocks of rows whose scores fit
+  `seqrec.evaluation.protocols.SCORES_BYTES` (16 MB).
 
 A time-budgeted run validates every `train.eval_every` epochs inside its budget, so on a large
 catalogue (Beauty: 54,542 items) this is training time lost. The ranks of the variants are
@@ -22,7 +22,6 @@ shape), so the number of users whose rank differs is reported, not assumed to be
 from __future__ import annotations
 
 import argparse
-import importlib
 import math
 import statistics
 import time
@@ -31,15 +30,13 @@ from typing import Any
 import numpy as np
 import torch
 
+import seqrec.evaluation.protocols as ev
 from _common import paper_beauty, paper_ml1m, write_results
 from seqrec.config import RunConfig, load_config
 from seqrec.data.prepare import prepare
 from seqrec.evaluation.protocols import evaluate_split
 from seqrec.training.setup import ModelScorer, setup
 
-# the module, not the function `seqrec.evaluation.protocols` that the package exports under the
-# same name
-ev = importlib.import_module("seqrec.evaluation.protocols")
 CASES = [  # dataset title, file, config
     ("ML-1M", paper_ml1m, "ml-1m-bert4rec"),
     ("Beauty", paper_beauty, "beauty-bert4rec"),

@@ -28,9 +28,8 @@ says only that (never a stack trace). CORS is closed unless origins are named. S
 accepting connections and finishes the requests in flight (uvicorn's graceful shutdown). The
 model is loaded once; requests are served concurrently, and one-history requests that arrive
 together are scored as one batch (seqrec.serving.batching; a full queue is a 503). The guard
-answers a
-valid POST /recommend itself, past FastAPI's routing (the same model of the request, the same
-answer); what it refuses goes on to the app, which says why.
+answers a valid POST /recommend itself, past FastAPI's routing (the same model of the request,
+the same answer); what it refuses goes on to the app, which says why.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the request models of the endpoints
