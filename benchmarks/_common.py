@@ -67,6 +67,7 @@ SCRIPT_AREA = {
     "prepare_scale": "performance",
     "probes": "bert4rec",
     "recipes": "recipes",
+    "same_runs": "reliability",
     "sasrec_ml1m": "sasrec",
     "scale": "performance",
     "serve_load": "performance",

@@ -9,6 +9,7 @@ Subcommands (each a module of benchmarks/suite; its docstring says what it measu
     target-counts          how often the held-out items were seen in training
     hidden-collapse        whether a trained run still tells histories apart
     speed-options-quality  whether the speed options change quality
+    same-runs              whether runs before and after a change are the same run
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ COMMANDS = {
     "target-counts": "target_counts",
     "hidden-collapse": "hidden_collapse",
     "speed-options-quality": "speed_options_quality",
+    "same-runs": "same_runs",
 }
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ from seqrec.config.classes import (
 from seqrec.errors import ConfigError
 from seqrec.files import bound, read_checked
 
+__all__ = ["CONFIG_DIR", "config_names", "layered_config", "load_config", "resolve_config"]
+
 CONFIG_DIR = (
     Path(__file__).parent.parent / "configs"
 )  # the shipped configs, e.g. ml-1m-bert4rec.toml

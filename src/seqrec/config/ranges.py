@@ -8,6 +8,8 @@ import math
 from seqrec.config.classes import RunConfig
 from seqrec.errors import ConfigError
 
+__all__ = ["check_ranges"]
+
 # A key's valid range wherever it appears (any section): (low, high, low_open, high_open), None
 # for no bound. Checked by `validate` before a run writes anything and when a run directory's
 # config is read back, so that an edited run config is one line, not a crash or an allocation.

@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+__all__ = ["BlockScores"]
+
 
 class BlockScores:
     """One batch's scores over the catalogue, computed a block of items at a time: column c is

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     pass
 
+__all__ = ["EventLog"]
+
 
 class EventLog:
     """A run's epochs as TensorBoard scalars: `train/<key>` for the training numbers of a log

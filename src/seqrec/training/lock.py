@@ -14,6 +14,8 @@ from seqrec.errors import RunError
 if TYPE_CHECKING:
     pass
 
+__all__ = ["take_lock"]
+
 
 def take_lock(run_dir: Path, path: Path, break_lock: bool) -> int:
     me = f"{os.getpid()} {_start_time(os.getpid())} {socket.gethostname()}"

@@ -44,6 +44,8 @@ from seqrec.training.rundir import RunDir
 from seqrec.training.setup import Training
 from seqrec.training.step import lr_factor
 
+__all__ = ["LOSS_READ_EVERY", "prefetched"]
+
 
 @dataclass
 class _LoopState:

@@ -26,6 +26,21 @@ from seqrec.evaluation.protocols import evaluate_split, parse_protocols
 from seqrec.training.setup import ModelScorer, resolve_device, setup
 from seqrec.training.step import _resolved
 
+__all__ = [
+    "ANY_LOG_ADAPT",
+    "LARGE_CATALOGUE",
+    "adapt_to_data",
+    "apply_device_tiers",
+    "apply_short_budget",
+    "as_trained",
+    "device_tiers",
+    "epochs_bought",
+    "refit_config",
+    "sampled_negatives",
+    "short_budget_tiers",
+    "speed_tiers",
+]
+
 
 def epochs_bought(ds: PreparedDataset, cfg: RunConfig, *, steps: int = 10) -> float:
     """How many epochs of `cfg` its `train.time_budget` buys on this machine, for its epochs

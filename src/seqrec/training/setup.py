@@ -37,6 +37,18 @@ from seqrec.training.distributed import (
 from seqrec.training.losses import LossSpec, full_cross_entropy, model_loss
 from seqrec.training.step import _resolved, train_step
 
+__all__ = [
+    "ModelScorer",
+    "Training",
+    "loss_spec",
+    "make_optimizer",
+    "resolve_device",
+    "resolve_precision",
+    "setup",
+    "synchronize",
+    "torch_settings",
+]
+
 
 def loss_spec(cfg: RunConfig, n_items: int) -> LossSpec:
     """The loss `cfg.train` asks for; settings its negatives cannot combine with are one

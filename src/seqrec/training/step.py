@@ -15,6 +15,8 @@ from seqrec.errors import ConfigError
 from seqrec.models.base import SequenceModel
 from seqrec.training.losses import LossSpec, model_loss
 
+__all__ = ["lr_factor", "train_step"]
+
 
 def train_step(
     model: SequenceModel,
