@@ -57,6 +57,7 @@ def compare(before: Path, after: Path) -> dict[str, Any]:
         "tensors": len(a),
         "parameters": int(sum(t.numel() for t in a.values())),
         "tensors_differing": differ,
+        "n_tensors_differing": len(differ),
         "metrics_differing": metrics_differ,
         "logs_equal": log(before) == log(after),
         "test_full_ndcg@10": [ma["test"]["full"]["ndcg@10"], mb["test"]["full"]["ndcg@10"]],
