@@ -508,6 +508,7 @@ def test_a_run_times_its_epochs_tiers_once_and_records_them(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     import seqrec.training.fit as train
+    import seqrec.training.policy as policy  # where `resolve` times the epochs
 
     tiers = [
         {"epochs": 50, "set": ["bert4rec.dropout=0.0"]},
@@ -517,7 +518,7 @@ def test_a_run_times_its_epochs_tiers_once_and_records_them(
         RunConfig, {**_config(time_budget="1m", max_epochs=1).to_dict(), "short_budget": tiers}
     )
     timed: list[RunConfig] = []
-    monkeypatch.setattr(train, "epochs_bought", lambda ds, given: timed.append(given) or 40.0)
+    monkeypatch.setattr(policy, "epochs_bought", lambda ds, given: timed.append(given) or 40.0)
     result = fit(toy, cfg, tmp_path / "run", progress=True)
     assert [given.bert4rec.dropout for given in timed] == [0.1]  # the config as given, once
     written = RunDir(tmp_path / "run").config()

@@ -42,12 +42,7 @@ from seqrec.training.distributed import (
 )
 from seqrec.training.loop import _LoopState, _test_splits, _train
 from seqrec.training.policy import (
-    _decided,
-    adapt_to_data,
-    apply_device_tiers,
-    apply_short_budget,
-    epochs_bought,
-    speed_tiers,
+    resolve,
 )
 from seqrec.training.run_checks import judge
 from seqrec.training.rundir import RunDir
@@ -178,20 +173,11 @@ def _fit(
         if run.finished:
             raise ConfigError(f"{run.path}: the run has already finished (its metrics are in)")
         cfg = run.config()  # the run goes on with the settings it started with
-    if cfg.adapt:  # the recipe's sizes fitted to this data (the run's config records the values)
-        train = ds.split.training(cfg.train.train_on)
-        cfg, fitted = adapt_to_data(cfg, train.lengths, ds.n_items)
-        if progress:
-            tqdm.write(f"sizes fitted to the data: {'; '.join(fitted)}", file=sys.stderr)
-    # what it trains, and what the run's config records (an epochs tier times this machine first)
-    measuring = bool(speed_tiers(cfg))  # never for a resumed run: its recorded config decided
-    if r.main:  # timed on rank 0 alone: every rank trains what it decided
-        cfg = apply_device_tiers(cfg, resolve_device(cfg.train.device).type)
-        cfg = validate(apply_short_budget(cfg, lambda base: epochs_bought(ds, base)), ds)
+    if r.main:  # decided on rank 0 alone (an epochs tier is timed): every rank trains it
+        say = (lambda line: tqdm.write(line, file=sys.stderr)) if progress else None
+        cfg = resolve(cfg, ds, resolve_device(cfg.train.device).type, say=say)
     cfg = broadcast(cfg, r)
     progress = progress and r.main
-    if measuring and progress:
-        tqdm.write(_decided(cfg), file=sys.stderr)
     device = device_for(r, resolve_device(cfg.train.device))
     commit = state["git_commit"] if state and "git_commit" in state else git_commit()
     if state is not None:

@@ -25,9 +25,11 @@ from seqrec.errors import ConfigError
 from seqrec.evaluation.protocols import evaluate_split, parse_protocols
 from seqrec.training.setup import ModelScorer, resolve_device, setup
 from seqrec.training.step import _resolved
+from seqrec.training.validation import validate
 
 __all__ = [
     "ANY_LOG_ADAPT",
+    "resolve",
     "LARGE_CATALOGUE",
     "adapt_to_data",
     "apply_device_tiers",
@@ -77,6 +79,32 @@ def epochs_bought(ds: PreparedDataset, cfg: RunConfig, *, steps: int = 10) -> fl
         )
         epoch_s += (time.perf_counter() - start) / t.eval_every
     return parse_duration(t.time_budget) / epoch_s
+
+
+def resolve(
+    cfg: RunConfig,
+    ds: PreparedDataset,
+    device: str,
+    *,
+    say: Callable[[str], None] | None = None,
+) -> RunConfig:
+    """What a run trains, decided once when it starts (the run's config records the result, so a
+    resumed run, whose recorded config has nothing left to decide, keeps it): the recipe's sizes
+    fitted to the data (`adapt`), the tiers of the device the run trains on (`device`: "cpu",
+    "cuda"), the tiers its time budget buys (an epochs tier timed on this machine,
+    `epochs_bought`), and then the whole check with the data (`validate`). `say`: where a line
+    of what was decided goes (the progress output)."""
+    if cfg.adapt:
+        train = ds.split.training(cfg.train.train_on)
+        cfg, fitted = adapt_to_data(cfg, train.lengths, ds.n_items)
+        if say is not None:
+            say(f"sizes fitted to the data: {'; '.join(fitted)}")
+    measuring = bool(speed_tiers(cfg))
+    cfg = apply_device_tiers(cfg, device)
+    cfg = validate(apply_short_budget(cfg, lambda base: epochs_bought(ds, base)), ds)
+    if measuring and say is not None:
+        say(_decided(cfg))
+    return cfg
 
 
 def _decided(cfg: RunConfig) -> str:
