@@ -512,7 +512,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from seqrec.config import RunConfig, load_config
-from seqrec.data.prepared import prepare_frame
+from seqrec.data.prepare import prepare_frame
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import SeqrecError
 from seqrec.models.registry import MODELS
