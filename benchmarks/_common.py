@@ -66,6 +66,7 @@ SCRIPT_AREA = {
     "prepare_capped": "performance",
     "prepare_scale": "performance",
     "probes": "bert4rec",
+    "quantized": "performance",
     "recipes": "recipes",
     "same_runs": "reliability",
     "sasrec_ml1m": "sasrec",

@@ -9,6 +9,7 @@ Subcommands (each a module of benchmarks/suite; its docstring says what it measu
     time-to-quality        test quality after a series of budgets
     eval-speed             validation speed under full ranking
     inference              a trained run's scoring speed, fp32 and bf16
+    quantized              a run's int8 and fp16 ONNX graphs: quality and speed
     ce-chunks              the chunked full-softmax CE at several chunk heights
     lrurec-scan            LRURec's recurrence: recursive doubling against chunks
     distributed            one process against torchrun ranks on one machine
@@ -25,6 +26,7 @@ COMMANDS = {
     "time-to-quality": "time_to_quality",
     "eval-speed": "eval_speed",
     "inference": "inference",
+    "quantized": "quantized",
     "ce-chunks": "ce_chunks",
     "lrurec-scan": "lrurec_scan",
     "distributed": "distributed",

@@ -72,3 +72,51 @@ def test_gru4rec_exports_to_torchscript_and_says_onnx_cannot(
     h, want = _histories(run_dir)
     got = torch.jit.load(str(path))(h)
     assert torch.equal(torch.topk(got, 10).indices, torch.topk(want, 10).indices)
+
+
+@pytest.mark.parametrize("model", ["sasrec", "bert4rec"])
+def test_quantized_exports_score_as_pytorch_does_within_their_precision(
+    model: str, tiny_runs: dict[str, Path], tmp_path: Path
+) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    onnx = pytest.importorskip("onnx")
+    h, want = _histories(tiny_runs[model])
+    scale = float(want[:, 1:].abs().max())
+    for kind, tolerance in (("fp16", 5e-3), ("int8", 3e-2)):
+        out = tmp_path / f"{model}.{kind}.onnx"
+        argv = ["export", str(tiny_runs[model]), "--quantize", kind, "--out", str(out)]
+        assert main(argv) == 0
+        got = ort.InferenceSession(str(out)).run(["scores"], {"histories": h.numpy()})[0]
+        assert got.dtype == np.float32 and got.shape == tuple(want.shape)
+        assert np.isneginf(got[:, 0]).all()
+        # within the precision's error of PyTorch's fp32 scores, relative to their scale
+        assert np.abs(got[:, 1:] - want[:, 1:].numpy()).max() <= tolerance * scale, kind
+        # the top item of each history is one of PyTorch's top 3
+        top3 = torch.topk(want, 3).indices.numpy()
+        assert np.mean([g in t for g, t in zip(got.argmax(1), top3, strict=True)]) >= 0.95
+        graph = onnx.load(str(out))
+        weights = {i.name: i for i in graph.graph.initializer}
+        if kind == "int8":  # the output layer over the catalogue is the one quantized
+            ops = {n.op_type for n in graph.graph.node}
+            assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops
+            quantized = [w for name, w in weights.items() if name.startswith("item_weights_t")]
+            assert any(w.data_type == onnx.TensorProto.INT8 for w in quantized)
+        else:
+            assert any(w.data_type == onnx.TensorProto.FLOAT16 for w in weights.values())
+
+
+def test_a_quantized_export_goes_in_the_run_by_default_and_needs_onnx(
+    tiny_runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("onnxruntime")
+    run = tiny_runs["sasrec"]
+    assert main(["export", str(run), "--quantize", "int8"]) == 0
+    assert (run / "model.int8.onnx").is_file()  # a run output: replaced freely
+    assert main(["export", str(run), "--quantize", "int8"]) == 0
+    (run / "model.int8.onnx").unlink()
+    capsys.readouterr()
+    assert main(["export", str(run), "--format", "torchscript", "--quantize", "fp16"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--format onnx" in err
+    with pytest.raises(ConfigError, match="quantize 'int4'"):
+        export_run(run, quantize="int4")  # type: ignore[arg-type]

@@ -50,7 +50,10 @@ EVENTS = "tensorboard"  # a folder: TensorBoard's event files (train.tensorboard
 PENDING = ".pending"  # in the manifest: the digests of files being put in place (_commit)
 RUN_MARKER = CONFIG  # the file that makes a directory a run's
 # what commands on a run write into it as outputs: seqrec's own, replaced freely
-RUN_OUTPUTS = frozenset({"attention.png", "attention.json", "model.onnx", "model.ts", "curves.png"})
+RUN_OUTPUTS = frozenset(
+    {"attention.png", "attention.json", "model.onnx", "model.ts", "curves.png"}
+    | {"model.int8.onnx", "model.fp16.onnx"}
+)
 # everything seqrec writes into a run directory (this module tells a run
 # from a user's folder)
 RUN_FILES = frozenset(

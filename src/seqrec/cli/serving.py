@@ -19,7 +19,7 @@ from seqrec.cli.common import (
 )
 from seqrec.errors import ConfigError, SeqrecError
 from seqrec.outputs import check_out_file
-from seqrec.serving.export import FORMATS, export_run
+from seqrec.serving.export import FORMATS, QUANTIZED, export_run
 from seqrec.serving.files import read_histories, write_recommendations
 from seqrec.serving.recommender import Recommender
 from seqrec.training.setup import resolve_device
@@ -162,8 +162,15 @@ def _read_ids(path: str) -> list[Any]:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    path = export_run(args.run, args.format, args.out, replace=args.force, trust=args.trust)
-    print(f"{args.format} -> {path}")
+    path = export_run(
+        args.run,
+        args.format,
+        args.out,
+        quantize=args.quantize,
+        replace=args.force,
+        trust=args.trust,
+    )
+    print(f"{args.format}{f' ({args.quantize})' if args.quantize else ''} -> {path}")
     return 0
 
 
@@ -281,6 +288,12 @@ def _export_parser(sub: Any) -> None:
     p = sub.add_parser("export", help="export a run's model (ONNX or TorchScript)")
     p.add_argument("run", metavar="RUN_DIR")
     p.add_argument("--format", choices=list(FORMATS), default="onnx")
+    p.add_argument(
+        "--quantize",
+        choices=list(QUANTIZED),
+        help="an ONNX graph with int8 weights (dynamic quantization) or in fp16 "
+        "(default file: model.int8.onnx / model.fp16.onnx in the run)",
+    )
     p.add_argument("--out", help="the file (default: model.onnx / model.ts in the run)")
     p.add_argument("--force", action="store_true", help="replace an existing --out file")
     _add_trust_flag(p)
