@@ -14,8 +14,8 @@ custom column names (written as a CSV under the runs directory: 20,000 users, 30
 Zipf popularity, histories of 3 to 60 items, half of the next items predictable). Each recipe
 fits its sizes (and, beyond 32,768 items, its loss) to each log when the run starts (`adapt`);
 the results record what it chose, and the epochs the budget was estimated to buy
-(`seqrec.training.fit.epochs_bought`, timed before the run) beside the epochs it trained. A finished
-run in RUNS_DIR/recipes-<log>-<recipe> is reported as it was trained.
+(`seqrec.training.policy.epochs_bought`, timed before the run) beside the epochs it trained. A
+finished run in RUNS_DIR/recipes-<log>-<recipe> is reported as it was trained.
 """
 
 from __future__ import annotations
