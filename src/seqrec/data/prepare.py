@@ -19,9 +19,7 @@ import numpy as np
 import polars as pl
 
 from seqrec.data import download
-from seqrec.data.candidates import (
-    SAMPLED_PROTOCOLS,
-)
+from seqrec.data.candidates import SAMPLED_PROTOCOLS
 from seqrec.data.frames import frame_fingerprint, interactions_from_frame, is_frame
 from seqrec.data.io import detect_format, read_interactions
 from seqrec.data.prepared import (

@@ -1,11 +1,8 @@
-"""One training loop for every neural model: AdamW with linear warm-up and decay, gradient
-clipping, validation every k epochs, early stopping and the best state chosen on VALIDATION only,
-a wall-clock budget, a checkpoint per epoch (so `--resume` continues an interrupted run), and the
-test split evaluated once, at the end, with the best state.
-
-Randomness: epoch e's batches come from a generator seeded by (seed, e) and its dropout from
-torch's generator seeded by (seed, e); a resumed run therefore repeats exactly the epochs an
-uninterrupted one would have run.
+"""A run from start to end: `fit` checks everything first, opens the run directory (or resumes
+it), decides what the run trains once (`policy.resolve`), sets it up (`setup`), trains it
+(`loop`), and evaluates the state chosen on VALIDATION on the test split, once, at the end; what
+metrics.json records. `train_or_reuse`: a finished run of the same config is reused as it was
+trained.
 """
 
 from __future__ import annotations
@@ -41,9 +38,7 @@ from seqrec.training.distributed import (
     ranks,
 )
 from seqrec.training.loop import _LoopState, _test_splits, _train
-from seqrec.training.policy import (
-    resolve,
-)
+from seqrec.training.policy import resolve
 from seqrec.training.run_checks import judge
 from seqrec.training.rundir import RunDir
 from seqrec.training.setup import Training, _init_state, resolve_device, setup, torch_settings

@@ -1,5 +1,7 @@
-"""What a budget buys on this machine: the epochs a time budget pays for, timed on the run's own
-batches, which decides the config's short-budget tiers."""
+"""Policy: what a budget, a device or a log changes in a config, decided once when a run starts
+(`resolve`) and recorded in its config: the sizes and loss a recipe fits to the data (`adapt`),
+the device's tiers, the tiers a time budget buys on this machine (`epochs_bought`, timed on the
+run's own batches); and the configs derived from a run (`as_trained`, `refit_config`)."""
 
 from __future__ import annotations
 

@@ -7,9 +7,7 @@ import math
 import torch
 from torch import nn
 
-from seqrec.config import (
-    TrainConfig,
-)
+from seqrec.config import TrainConfig
 from seqrec.data.batches import Batch
 from seqrec.errors import ConfigError
 from seqrec.models.base import SequenceModel
