@@ -79,6 +79,7 @@ VARIANTS: dict[str, list[list[str]]] = {
     "sasrec": [
         ["sasrec.shared_embedding=false", "sasrec.final_norm=false", "sasrec.n_layers=3"],
         ["sasrec.n_heads=2", "sasrec.d_model=24", 'sasrec.block="paper"'],
+        ['sasrec.block="ligr"', "sasrec.final_norm=false", "sasrec.n_heads=2"],
     ],
     "bert4rec": [
         ["bert4rec.head_transform=false", "bert4rec.n_layers=1"],

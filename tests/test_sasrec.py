@@ -24,7 +24,7 @@ from seqrec.training.fit import fit
 from seqrec.training.losses import LossSpec, model_loss
 
 CFG = SASRecConfig(max_len=10, d_model=16, n_layers=2, n_heads=2, dropout=0.0, attn_dropout=0.0)
-BLOCKS = ["original", "paper"]
+BLOCKS = ["original", "paper", "ligr"]
 
 
 def _model(block: str = "original", n_items: int = 30, seed: int = 0) -> SASRec:
@@ -181,7 +181,7 @@ def test_unshared_prediction_embedding() -> None:
     assert torch.allclose(m.score(x)[:, 1:], m(x)[:, -1] @ m.out_emb.weight[1:].T, atol=1e-5)
 
 
-@pytest.mark.parametrize("block", ["original", "paper"])
+@pytest.mark.parametrize("block", BLOCKS)
 def test_last_only_equals_the_full_forward_at_the_last_position(block: str) -> None:
     torch.manual_seed(0)
     cfg = SASRecConfig(max_len=10, d_model=16, n_layers=3, n_heads=2, block=block)  # type: ignore[arg-type]

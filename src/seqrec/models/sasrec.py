@@ -65,7 +65,12 @@ class SASRecConfig:
     #   residual adds the normalised input: x = LN(x) + SA(LN(x), x); x = LN(x) + FFN(LN(x)),
     #   with dropout inside the FFN (after the ReLU and after the second layer).
     # "paper": g(x) = x + Dropout(g(LayerNorm(x))) for both sub-layers (§III-C).
-    block: Literal["original", "paper"] = "original"
+    # "ligr": the LiGR layer (Borisyuk et al. 2025) that eSASRec (Tikhonovich et al., RecSys 2025)
+    #   puts in SASRec, as RecTools builds it: x = x + σ(W_g1 x) ⊙ Dropout(MHA(LN(x))), then
+    #   x = x + σ(W_g2 x) ⊙ Dropout(SwiGLU(LN(x))) (hidden 4d, no biases, dropout inside), the
+    #   attention with an output projection, LayerNorm's ε 1e-5; no final LayerNorm in RecTools
+    #   (`final_norm = false` in its recipe, configs/ml-1m-esasrec.toml).
+    block: Literal["original", "paper", "ligr"] = "original"
     # Initialisation. "xavier": Glorot-uniform weights, zero biases (TensorFlow's defaults, which
     # the original code's layers use); "normal": N(0, init_std) for embeddings and weights, as
     # the PyTorch SASRec+ code (Klenitskiy & Vasilev 2023) and RecBole.
@@ -150,6 +155,50 @@ class Block(nn.Module):
         return y + self.dropout(self.ffn(self.ln2(y)))
 
 
+class SwiGLU(nn.Module):
+    """The LiGR feed-forward: W2 Dropout(SiLU(W1 x) ⊙ W3 x), d -> 4d -> d, no biases."""
+
+    def __init__(self, cfg: SASRecConfig) -> None:
+        super().__init__()
+        hidden = 4 * cfg.d_model
+        self.fc1 = nn.Linear(cfg.d_model, hidden, bias=False)
+        self.fc3 = nn.Linear(cfg.d_model, hidden, bias=False)
+        self.fc2 = nn.Linear(hidden, cfg.d_model, bias=False)
+        self.dropout = dropout(cfg.dropout, cfg.dropout_impl)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.dropout(F.silu(self.fc1(x)) * self.fc3(x)))
+
+
+class LiGRBlock(nn.Module):
+    """A LiGR layer (`block = "ligr"`): pre-LN sub-layers whose residual branches are gated by
+    a sigmoid of the un-normalised input."""
+
+    def __init__(self, cfg: SASRecConfig) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.d_model)
+        self.attn = CausalSelfAttention(cfg)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model)  # the attention's output projection
+        self.gate1 = nn.Linear(cfg.d_model, cfg.d_model)
+        self.ln2 = nn.LayerNorm(cfg.d_model)
+        self.ffn = SwiGLU(cfg)
+        self.gate2 = nn.Linear(cfg.d_model, cfg.d_model)
+        self.dropout1 = dropout(cfg.dropout, cfg.dropout_impl)
+        self.dropout2 = dropout(cfg.dropout, cfg.dropout_impl)
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        """As `Block.forward`: x (B, L, D) -> (B, L, D), or the last position only."""
+        if last_only:
+            keep = last_positions(keep, 1, 2)
+        a = self.ln1(x)
+        rows = last_positions(x, 1, 1) if last_only else x
+        queries = last_positions(a, 1, 1) if last_only else a
+        y = rows + torch.sigmoid(self.gate1(rows)) * self.dropout1(
+            self.proj(self.attn(queries, a, keep))
+        )
+        return y + torch.sigmoid(self.gate2(y)) * self.dropout2(self.ffn(self.ln2(y)))
+
+
 class SASRec(SequenceModel):
     def __init__(self, n_items: int, cfg: SASRecConfig | None = None) -> None:
         super().__init__()
@@ -161,7 +210,8 @@ class SASRec(SequenceModel):
         self.dropout = dropout(
             cfg.dropout, cfg.dropout_impl
         )  # on the input embedding (§III-C "Dropout")
-        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        layer = LiGRBlock if cfg.block == "ligr" else Block
+        self.layers = nn.ModuleList(layer(cfg) for _ in range(cfg.n_layers))
         self.final_norm = nn.LayerNorm(cfg.d_model, eps=1e-8) if cfg.final_norm else None
         # N: the prediction layer's item embedding when it is not M (§III-D, Eq. 7)
         self.out_emb = (
@@ -255,9 +305,12 @@ def _next_item_batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
 # original code: Adam, lr 1e-3, β2 0.98 (eps 1e-8, TensorFlow's), no weight decay, a constant
 # learning rate, no clipping, batch 128, BCE with 1 negative
 def _parameters(n_items: int, n_users: int, cfg: RunConfig) -> int:
-    """SASRec's parameters by formula: embeddings, blocks of LN, W^Q, W^K|V, LN, FFN."""
+    """SASRec's parameters by formula: embeddings, blocks of LN, W^Q, W^K|V, LN, FFN (LiGR's:
+    and the attention's projection, two gates, a bias-free SwiGLU of 4d)."""
     c, d = cfg.sasrec, cfg.sasrec.d_model
     block = 2 * d + linear(d, d) + linear(d, 2 * d) + 2 * d + 2 * linear(d, d)
+    if c.block == "ligr":
+        block = 2 * d + linear(d, d) + linear(d, 2 * d) + 3 * linear(d, d) + 2 * d + 3 * 4 * d * d
     out = 0 if c.shared_embedding else (n_items + 1) * d
     return (n_items + 1) * d + c.max_len * d + c.n_layers * block + 2 * d * c.final_norm + out
 
