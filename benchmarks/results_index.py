@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import json
 import re
 import sys
@@ -69,6 +70,7 @@ def problems(data: dict[str, Any]) -> list[str]:
 PROGRAMS = ("reproduce", "analyses", "speed", "gpu")
 
 
+@functools.cache
 def _subcommands(root: Path) -> dict[str, str]:
     """{measurement module: "benchmarks/<program>.py <subcommand>"}, read from each program's
     COMMANDS."""

@@ -43,7 +43,7 @@ from typing import IO, TYPE_CHECKING, Any
 import polars as pl
 import torch
 
-from seqrec.data.ids import check_items as same_items_or_error
+from seqrec.data import ids
 from seqrec.errors import ConfigError, RunError
 from seqrec.files import bound, checked_open, hash_file, json_object, read_checked
 from seqrec.outputs import (
@@ -264,7 +264,7 @@ class RunDir:
 
     def check_items(self, item_ids: Sequence[Any], where: str | None = None) -> None:
         """The run was trained on these items (in this order), or one ConfigError line."""
-        same_items_or_error(self.vocab()["items"], item_ids, where or self.path)
+        ids.check_items(self.vocab()["items"], item_ids, where or self.path)
 
     def metrics(self) -> dict[str, Any] | None:
         """A finished run's metrics.json; None while the run has not finished."""
