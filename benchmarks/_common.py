@@ -59,6 +59,7 @@ SCRIPT_AREA = {
     "fuzz_campaign": "reliability",
     "hidden_collapse": "sasrec",
     "inference": "performance",
+    "item_features": "features",
     "lrurec_ml1m": "lrurec",
     "peers": "performance",
     "pop_beauty": "evaluation",

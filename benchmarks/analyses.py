@@ -10,6 +10,7 @@ Subcommands (each a module of benchmarks/suite; its docstring says what it measu
     hidden-collapse        whether a trained run still tells histories apart
     speed-options-quality  whether the speed options change quality
     same-runs              whether runs before and after a change are the same run
+    item-features          item features: warm quality, the cold-item protocol
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ COMMANDS = {
     "hidden-collapse": "hidden_collapse",
     "speed-options-quality": "speed_options_quality",
     "same-runs": "same_runs",
+    "item-features": "item_features",
 }
 
 if __name__ == "__main__":

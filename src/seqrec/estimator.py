@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-import torch
 
 from seqrec.config import RunConfig, default_config, load_config
 from seqrec.data.frames import FRAME_KINDS, as_kind, frame_kind
@@ -44,7 +43,7 @@ from seqrec.outputs import check_out_dir, check_out_file
 from seqrec.serving.recommender import MODEL, POPULARITY, Recommender
 from seqrec.training.policy import ANY_LOG_ADAPT, refit_config
 from seqrec.training.rundir import RunDir
-from seqrec.training.validation import validate
+from seqrec.training.validation import validate, with_items_table
 
 __all__ = ["BERT4Rec", "Model", "SASRec", "load"]
 
@@ -69,6 +68,7 @@ class Model:
         self.run_dir_: Path | None = None
         self.frame_ = "polars"  # the kind of frame answers come as: the fitted data's
         self.validated_metrics_: dict[str, Any] | None = None  # before a refit on every item
+        self.items_table_: Any = None  # the items table fit was given
         self._rec: Recommender | None = None
         self._tmp: list[tempfile.TemporaryDirectory[str]] = []
 
@@ -120,7 +120,7 @@ class Model:
     def _key(self, cfg: RunConfig, name: str) -> str:
         """The dotted key of a parameter: the model's sections first, then [train], then [data]
         (`split="time", time_cut="2000-12-01"`)."""
-        sections = [*cfg.sections, ("train", cfg.train), ("data", cfg.data)]
+        sections = [*cfg.sections, ("train", cfg.train), ("data", cfg.data), ("items", cfg.items)]
         for section, value in sections:
             if name in {f.name for f in dataclasses.fields(value)}:
                 return f"{section}.{name}"
@@ -144,15 +144,19 @@ class Model:
         final: bool = False,
         out: str | Path | None = None,
         progress: bool = True,
+        items: Any = None,
+        item_features: Sequence[str] | str | dict[str, str] | None = None,
     ) -> Model:
-        """Train on `data` (a DataFrame, a file, a dataset name or a PreparedDataset) and
-        return self. Training stops when validation has not improved for the recipe's
-        patience (or at its max_epochs, or when `time_budget` runs out). `valid`: hold each
-        user's second-last item out to choose the state on (False: train on it too, and keep
-        the last state). `final`: then `refit()`, so that the model learns every item (the
-        state to serve). `out`: the run directory (default: a temporary one, kept while this
-        object lives; `save` copies it). `progress`: a bar on a terminal, a line an epoch
-        elsewhere."""
+        """Train on `data` (a DataFrame, a file, a dataset name or a PreparedDataset) and return
+        self. `items`: an items table (a frame or a file) whose `item_features` columns
+        ("genres", or "genres:categories"; a {name: kind} dict) the model reads beside the ids
+        (seqrec.data.items_table): new items can then be added (`add_items`). Training stops when
+        validation has not improved for the recipe's patience (or at its max_epochs, or when
+        `time_budget` runs out). `valid`: hold each user's second-last item out to choose the
+        state on (False: train on it too, and keep the last state). `final`: then `refit()`, so
+        that the model learns every item (the state to serve). `out`: the run directory (default:
+        a temporary one, kept while this object lives; `save` copies it). `progress`: a bar on a
+        terminal, a line an epoch elsewhere."""
         if time_budget is not None:
             self.time_budget = time_budget
         cfg = self.run_config()
@@ -161,6 +165,8 @@ class Model:
             cfg = dataclasses.replace(cfg, train=train)
         if final and not valid:
             raise ConfigError("final=True refits for the epochs validation chose: keep valid=True")
+        cfg = with_items_table(cfg, items, item_features, where=f"{type(self).__name__}.fit")
+        self.items_table_ = items
         self.frame_ = frame_kind(data)
         ds = prepared(data, cfg, progress, user_col=user_col, item_col=item_col, time_col=time_col)
         source = {"data": str(data)} if isinstance(data, str | Path) else None
@@ -168,6 +174,12 @@ class Model:
         if final:
             self.refit(out=out, progress=progress)
         return self
+
+    def add_items(self, items: Any) -> list[Any]:
+        """New items (an items table with the fitted feature columns: a frame or a file) added
+        to the catalogue without retraining, each scored from its features; the run directory
+        records them. Returns their ids."""
+        return self.recommender_.add_items(items)
 
     def refit(self, *, out: str | Path | None = None, progress: bool = True) -> Model:
         """Train the fitted config again on every item of every user (nothing held out), for
@@ -187,7 +199,9 @@ class Model:
             "all",
         )
         self.validated_metrics_ = metrics
-        self._train(self.dataset_, cfg, out, progress, {"refit_of": str(self.run_dir_)})
+        self._train(
+            self.dataset_, cfg, out, progress, {"refit_of": str(self.run_dir_)}, run.item_features()
+        )
         return self
 
     def _train(
@@ -197,6 +211,7 @@ class Model:
         out: str | Path | None,
         progress: bool,
         source: dict[str, Any] | None,
+        items: tuple[Any, Any] | None = None,
     ) -> None:
         from seqrec.training.fit import fit
 
@@ -204,7 +219,15 @@ class Model:
             tmp = tempfile.TemporaryDirectory(prefix="seqrec-run-")
             self._tmp.append(tmp)
             out = Path(tmp.name) / "run"
-        result = fit(ds, cfg, Path(out), progress=progress, source=source)
+        result = fit(
+            ds,
+            cfg,
+            Path(out),
+            progress=progress,
+            source=source,
+            items_table=self.items_table_,
+            items=items,
+        )
         self.run_dir_ = result.run_dir
         self._rec = Recommender.from_run(result.run_dir, device=result.model.device)
         self._rec.dataset = ds
@@ -331,22 +354,11 @@ class Model:
         """The k items closest to each of `items` by the cosine of the model's output
         embeddings (item-to-item): a DataFrame `item, rank, similar, score`."""
         kind = self._kind(frame, as_pandas)
-        rec = self.recommender_
-        weights, _ = rec.model.output_weights()  # (n_items, D)
-        unit = torch.nn.functional.normalize(weights.detach().float(), dim=1)
-        ids, unknown = rec.items.encode(items)  # 1-based
-        if unknown:
-            raise ConfigError(f"similar_items: unknown item(s) {list(unknown)[:5]}")
-        if not 1 <= k < rec.n_items:
-            raise ConfigError(f"k must be in 1..{rec.n_items - 1}, got {k}")
-        with torch.no_grad():
-            sims = unit[torch.as_tensor(ids - 1, device=unit.device)] @ unit.T  # (Q, n_items)
-            sims[torch.arange(len(ids)), torch.as_tensor(ids - 1)] = -torch.inf  # not itself
-            top = torch.topk(sims, k, dim=1)
-        rows = []
-        for item, values, indices in zip(items, top.values.cpu(), top.indices.cpu(), strict=True):
-            for rank, (v, i) in enumerate(zip(values.tolist(), indices.tolist(), strict=True), 1):
-                rows.append((item, rank, rec.items.decode(i + 1), float(v)))
+        rows = [
+            (item, rank, similar, score)
+            for item, found in zip(items, self.recommender_.similar_items(items, k), strict=True)
+            for rank, (similar, score) in enumerate(found, 1)
+        ]
         df = pl.DataFrame(rows, schema=["item", "rank", "similar", "score"], orient="row")
         return as_kind(df, kind)
 

@@ -52,6 +52,7 @@ BOUNDS: dict[str, int] = {
     "vocab": 2 << 30,
     "log": 256 << 20,
     "items": 1 << 30,
+    "item_features": 4 << 30,
     "prepared": 16 << 30,
 }
 _CHUNK = 1 << 20

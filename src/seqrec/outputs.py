@@ -46,6 +46,7 @@ METRICS, LOG, LOG_CSV, CODE_DIFF, DIGESTS, LOCK = (
     "sha256.json",
     ".lock",
 )
+ITEMS = "items.npz"  # the item features' encoder and the run's items' features
 EVENTS = "tensorboard"  # a folder: TensorBoard's event files (train.tensorboard)
 PENDING = ".pending"  # in the manifest: the digests of files being put in place (_commit)
 RUN_MARKER = CONFIG  # the file that makes a directory a run's
@@ -58,7 +59,7 @@ RUN_OUTPUTS = frozenset(
 # from a user's folder)
 RUN_FILES = frozenset(
     {CONFIG, VOCAB, CHECKPOINT, PREVIOUS, WEIGHTS, METRICS, LOG, LOG_CSV, CODE_DIFF, DIGESTS, LOCK}
-    | {EVENTS}
+    | {EVENTS, ITEMS}
     | RUN_OUTPUTS
 )
 

@@ -174,10 +174,29 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_add_items(args: argparse.Namespace) -> int:
+    rec = Recommender.from_run(args.run, trust=args.trust)
+    before = rec.n_items
+    ids = rec.add_items(args.items)
+    shown = ", ".join(map(str, ids[:5])) + (", ..." if len(ids) > 5 else "")
+    print(f"{args.run}: {len(ids):,} items added ({shown}); {before:,} -> {rec.n_items:,} items")
+    return 0
+
+
 def add_parsers(sub: Any) -> None:
     _recommend_parser(sub)
     _serve_parser(sub)
     _export_parser(sub)
+    p = sub.add_parser(
+        "add-items",
+        help="add new items to a run trained with item features (scored from their features)",
+    )
+    p.add_argument("run", metavar="RUN_DIR")
+    p.add_argument(
+        "--items", required=True, help="an items table of the new items, with the run's columns"
+    )
+    _add_trust_flag(p)
+    p.set_defaults(func=cmd_add_items)
 
 
 def _recommend_parser(sub: Any) -> None:

@@ -43,6 +43,11 @@ def cmd_train(args: argparse.Namespace) -> int:
             args.set = [ANY_LOG_ADAPT, *(args.set or [])]
         if args.time_budget:
             extra.append(f"train.time_budget={json.dumps(args.time_budget)}")
+        if args.items_table:
+            extra.append(f"items.table={json.dumps(args.items_table)}")
+        if args.item_features:
+            names = [n.strip() for n in args.item_features.split(",") if n.strip()]
+            extra.append(f"items.features={json.dumps(names)}")
         if args.model == "sasrec" and not args.config:
             # the start for a new log: the sasrec-ce recipe (full cross-entropy), far above the
             # paper's BCE with one negative on every dataset measured (docs/results/sasrec.md)
@@ -87,7 +92,15 @@ def cmd_refit(args: argparse.Namespace) -> int:
             f"on {items}; {tested}",
             flush=True,
         )
-    return _train(args, cfg, data, source={"data": data, "refit_of": str(run)}, inputs=[data, run])
+    features = RunDir(run, trust=args.trust).item_features()  # the run's own, not the table's
+    return _train(
+        args,
+        cfg,
+        data,
+        source={"data": data, "refit_of": str(run)},
+        inputs=[data, run],
+        items=features,
+    )
 
 
 def _train(
@@ -97,6 +110,7 @@ def _train(
     source: dict[str, str],
     inputs: Sequence[str | Path],
     notice: str | None = None,
+    items: Any = None,
 ) -> int:
     """Train `cfg` on `data` into --out (or resume it there) and print the test metrics; --out
     may not be or contain any of `inputs`. `notice`: a line said with the results."""
@@ -132,6 +146,7 @@ def _train(
             inputs=inputs,
             break_lock=args.break_lock,
             keep_checkpoints=args.keep_checkpoints,
+            items=items,
         )
     if not r.main:
         return 0
@@ -155,6 +170,17 @@ def add_parsers(sub: Any) -> None:
     _add_data_flags(p, out_help="the run directory (created; must be new unless --resume)")
     p.add_argument("--time-budget", metavar="DURATION", help="wall clock for training: 20m, 1h")
     p.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
+    p.add_argument(
+        "--items-table",
+        metavar="FILE",
+        help="an items table (CSV/TSV/Parquet with a header, or movies.dat) for --item-features",
+    )
+    p.add_argument(
+        "--item-features",
+        metavar="COLS",
+        help="its feature columns, name or name:kind (category, categories, number, vector, "
+        "text), e.g. genres:categories,year,title:text",
+    )
     _add_run_out_flags(p)
     p.set_defaults(func=cmd_train)
 

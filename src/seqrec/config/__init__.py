@@ -25,12 +25,13 @@ from seqrec.config.files import (
     resolve_config,
 )
 from seqrec.config.ranges import check_ranges
-from seqrec.data.settings import DataConfig, EvalConfig
+from seqrec.data.settings import DataConfig, EvalConfig, ItemsConfig
 
 __all__ = [
     "CONFIG_DIR",
     "DataConfig",
     "EvalConfig",
+    "ItemsConfig",
     "RunConfig",
     "ShortBudget",
     "check_ranges",

@@ -15,7 +15,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from seqrec.data.settings import DataConfig, EvalConfig
+from seqrec.data.settings import DataConfig, EvalConfig, ItemsConfig
 from seqrec.data.split import TrainOn
 from seqrec.errors import ConfigError
 
@@ -214,7 +214,7 @@ class ShortBudget:
 
 
 # RunConfig's own keys; the rest are sections
-_RUN_KEYS = ("data", "eval", "model", "train", "short_budget", "adapt")
+_RUN_KEYS = ("data", "eval", "items", "model", "train", "short_budget", "adapt")
 # the sizes a recipe may fit to the data when a run starts (`adapt = [...]`, `adapt_to_data`)
 Adaptable = Literal["max_len", "batch_size", "loss"]
 # the keys that fix an adapted setting when given explicitly (an override wins over `adapt`)
@@ -238,6 +238,7 @@ class RunConfig:
 
     data: DataConfig = field(default_factory=DataConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    items: ItemsConfig = field(default_factory=ItemsConfig)
     model: str = "bert4rec"
     train: TrainConfig = field(default_factory=TrainConfig)
     short_budget: tuple[ShortBudget, ...] = ()  # tiers of settings for shorter budgets
@@ -298,6 +299,7 @@ class RunConfig:
         out: dict[str, Any] = {
             "data": dataclasses.asdict(self.data),
             "eval": dataclasses.asdict(self.eval),
+            "items": dataclasses.asdict(self.items),
             "model": self.model,
             "train": dataclasses.asdict(self.train),
             "short_budget": [dataclasses.asdict(tier) for tier in self.short_budget],

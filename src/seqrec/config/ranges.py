@@ -63,6 +63,8 @@ _RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = {
     "sample_users": (0, None, False, False),
     "min_user_interactions": (1, None, False, False),
     "min_item_interactions": (1, None, False, False),
+    "id_dropout": (0, 1, False, False),
+    "text_dim": (1, 4096, False, False),
 }
 
 
@@ -88,7 +90,13 @@ def check_ranges(cfg: RunConfig, where: str = "config") -> RunConfig:
     number finite, the sizes and rates of `_RANGES`, attention widths divisible by their heads.
     The one range check: part of `seqrec.training.validation.validate`, and run when a run is
     loaded."""
-    sections = [("data", cfg.data), ("eval", cfg.eval), ("train", cfg.train), *cfg.sections]
+    sections = [
+        ("data", cfg.data),
+        ("eval", cfg.eval),
+        ("items", cfg.items),
+        ("train", cfg.train),
+        *cfg.sections,
+    ]
     for name, section in sections:
         for f in dataclasses.fields(section):
             value = getattr(section, f.name)

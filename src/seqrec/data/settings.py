@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["DataConfig", "EvalConfig"]
+__all__ = ["DataConfig", "EvalConfig", "ItemsConfig"]
 
 
 @dataclass(frozen=True)
@@ -53,3 +53,22 @@ class EvalConfig:
     # `negative_seed`), for logs too large to rank every user at each validation; a run's
     # metrics then record `eval_sample_users`
     sample_users: int = 0
+
+
+@dataclass(frozen=True)
+class ItemsConfig:
+    """An items table and the features the models read from it (seqrec.data.items_table,
+    seqrec.data.item_features, seqrec.models.tower). No features: items are ids only."""
+
+    # a CSV/TSV/Parquet file with a header, or a MovieLens movies.dat; "<frame>" when the
+    # estimator's `fit(..., items=frame)` was given a table in memory
+    table: str | None = None
+    item_col: str = "item"
+    # the feature columns, "name" (its kind read from its type) or "name:kind", kinds: category,
+    # categories, number, vector, text (seqrec.data.items_table)
+    features: tuple[str, ...] = ()
+    separator: str = "|"  # between the values of a multi-valued category in one string
+    text_dim: int = 32  # a text feature's vector: its top singular directions
+    # each item's id embedding is left out of a training step with this probability, so that
+    # its features learn to stand for it alone (what a cold item has); 1: features only
+    id_dropout: float = 0.0

@@ -29,6 +29,7 @@ from seqrec.evaluation.blocks import BlockScores
 if TYPE_CHECKING:
     from seqrec.config import RunConfig
     from seqrec.data.batches import Batch
+    from seqrec.data.item_features import ItemFeatures
     from seqrec.data.prepared import PreparedDataset
 
 __all__ = [
@@ -57,6 +58,13 @@ class SequenceModel(nn.Module, ABC):
     # False where torch's ONNX exporter cannot convert the model (GRU4Rec: nn.GRU); TorchScript
     # export still works
     onnx_export: ClassVar[bool] = True
+    # The item embedding tables an item tower replaces when the run has item features
+    # (seqrec.models.tower): row r is item r, rows past n_items (BERT4Rec's [MASK]) are special.
+    # Empty: the model reads no item features.
+    item_tables: ClassVar[tuple[str, ...]] = ()
+    # The item-indexed bias parameters, each with the index of item 1 in it (0: items 1..n at
+    # 0..n-1; 1: a row 0 for padding), that grow with the catalogue (`add_items`)
+    item_biases: ClassVar[tuple[tuple[str, int], ...]] = ()
 
     @property
     def device(self) -> torch.device:
@@ -94,6 +102,30 @@ class SequenceModel(nn.Module, ABC):
 
     def init_output_bias(self, popularity: torch.Tensor) -> None:  # noqa: B027 (optional hook)
         """Called once before training with the (n_items,) training counts; no-op by default."""
+
+    @torch.no_grad()
+    def add_items(self, features: ItemFeatures) -> None:
+        """Extend the catalogue by `features`' rows 1.. as items n_items+1..: their vectors come
+        from their features (an unknown id, seqrec.models.tower), their bias is the mean item
+        bias; the other items' vectors, and so their scores, are unchanged."""
+        from seqrec.models.tower import ItemTower
+
+        towers = [getattr(self, name) for name in self.item_tables]
+        towers = [t for t in towers if t is not None]
+        if not towers or not all(isinstance(t, ItemTower) for t in towers):
+            raise TypeError(
+                f"{type(self).__name__}: items are added only to a model trained with item "
+                "features (its vectors of a new item come from them)"
+            )
+        at = self.n_items + 1
+        for tower in towers:
+            tower.add_rows(features, at)
+        for name, first in self.item_biases:
+            bias = getattr(self, name)
+            end = self.n_items + first
+            fill = bias[first:end].mean().expand(features.n_rows - 1)
+            setattr(self, name, nn.Parameter(torch.cat([bias[:end], fill, bias[end:]])))
+        self.n_items += features.n_rows - 1
 
     @torch.no_grad()
     def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:

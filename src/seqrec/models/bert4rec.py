@@ -144,11 +144,13 @@ class TransformerLayer(nn.Module):
 
 
 class BERT4Rec(SequenceModel):
+    item_tables = ("item_emb",)
+    item_biases = (("out_bias", 0),)
+
     def __init__(self, n_items: int, cfg: BERT4RecConfig | None = None) -> None:
         super().__init__()
         self.cfg = cfg = cfg or BERT4RecConfig()
         self.n_items = n_items
-        self.mask_id = n_items + 1
         # E: rows 0 (padding), 1..n (items), n+1 ([MASK]); shared with the output layer (Eq. 7)
         self.item_emb = nn.Embedding(n_items + 2, cfg.d_model, padding_idx=0)
         self.pos_emb = nn.Embedding(cfg.max_len, cfg.d_model)  # P (N x d), learnable (§3.4)
@@ -172,6 +174,11 @@ class BERT4Rec(SequenceModel):
         if isinstance(module, nn.Embedding) and module.padding_idx is not None:
             with torch.no_grad():
                 module.weight[module.padding_idx].zero_()
+
+    @property
+    def mask_id(self) -> int:
+        """[MASK]'s id: the row after the items' (it moves when items are added)."""
+        return self.n_items + 1
 
     @torch.no_grad()
     def init_output_bias(self, popularity: torch.Tensor) -> None:

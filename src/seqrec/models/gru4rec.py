@@ -54,6 +54,9 @@ class GRU4RecConfig:
 
 class GRU4Rec(SequenceModel):
     onnx_export = False  # torch 2.13's exporter fails to decompose nn.GRU; TorchScript works
+    # the input and output tables are of different widths: a tower each, over the same features
+    item_tables = ("item_emb", "out_emb")
+    item_biases = (("out_bias", 0),)
 
     def __init__(self, n_items: int, cfg: GRU4RecConfig | None = None) -> None:
         super().__init__()

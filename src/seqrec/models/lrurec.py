@@ -194,6 +194,8 @@ class LRURec(SequenceModel):
     # the scan is complex arithmetic, which torch's ONNX exporter does not convert; TorchScript
     # export works
     onnx_export = False
+    item_tables = ("item_emb",)
+    item_biases = (("bias", 1),)
 
     def __init__(self, n_items: int, cfg: LRURecConfig | None = None) -> None:
         super().__init__()

@@ -7,11 +7,18 @@ training loop, run directories and the CLI read this table.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+import torch
+
 from seqrec.errors import ConfigError
 from seqrec.models import bert4rec, bprmf, caser, fpmc, gru4rec, lrurec, ncf, sasrec, transrec
 from seqrec.models.base import ModelEntry
 
-__all__ = ["MODELS", "entry", "section_owner"]
+if TYPE_CHECKING:
+    from seqrec.config import RunConfig
+
+__all__ = ["MODELS", "entry", "reads_item_features", "section_owner"]
 
 ENTRIES: tuple[ModelEntry, ...] = (
     bert4rec.ENTRY,
@@ -37,3 +44,11 @@ def entry(name: str) -> ModelEntry:
 def section_owner(section: str) -> str | None:
     """The model whose config has `section` (e.g. "cloze" -> "bert4rec"), or None."""
     return next((e.name for e in ENTRIES if section in e.sections), None)
+
+
+def reads_item_features(cfg: RunConfig) -> bool:
+    """Whether `cfg`'s model takes item features (an item table it names, `item_tables`):
+    read from a two-item model built on the meta device (no memory)."""
+    with torch.device("meta"):
+        model = entry(cfg.model).build(2, 2, cfg)
+    return any(getattr(model, name, None) is not None for name in model.item_tables)

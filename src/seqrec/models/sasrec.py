@@ -200,6 +200,8 @@ class LiGRBlock(nn.Module):
 
 
 class SASRec(SequenceModel):
+    item_tables = ("item_emb", "out_emb")
+
     def __init__(self, n_items: int, cfg: SASRecConfig | None = None) -> None:
         super().__init__()
         self.cfg = cfg = cfg or SASRecConfig()

@@ -129,7 +129,8 @@ class Recommender:
         run = load_run(run_dir, device=device, trust=trust)
         prepared = run.source.get("prepared")
         dataset = load_prepared(prepared) if prepared and Path(prepared).exists() else None
-        if dataset is not None and not same_items(dataset.item_ids, run.item_ids):
+        trained = run.item_ids[: len(dataset.item_ids)] if dataset is not None else []
+        if dataset is not None and not same_items(dataset.item_ids, trained):
             dataset = None  # prepared again with other settings since: not this run's data
         vocab = RunDir(run_dir, trust=trust).vocab()
         if "popularity" in vocab:
@@ -155,6 +156,35 @@ class Recommender:
             device=device,
             bf16=bf16,
         )
+
+    # ------------------------------------------------------------------------ catalogue
+
+    def add_items(self, table: Any, *, save: bool = True) -> list[Any]:
+        """New items from an items table, scored from their features without retraining
+        (seqrec.serving.catalogue.add_items); returns their ids."""
+        from seqrec.serving.catalogue import add_items
+
+        return add_items(self, table, save=save)
+
+    def similar_items(self, items: Sequence[Any], k: int = 10) -> list[list[tuple[Any, float]]]:
+        """The k items closest to each of `items` by the cosine of the model's output
+        embeddings (item-to-item), with their cosines; one line for an unknown item or a k
+        outside 1..n_items - 1."""
+        weights, _ = self.model.output_weights()  # (n_items, D)
+        unit = torch.nn.functional.normalize(weights.detach().float(), dim=1)
+        ids, unknown = self.items.encode(items)  # 1-based
+        if unknown:
+            raise ConfigError(f"similar_items: unknown item(s) {list(unknown)[:5]}")
+        if not 1 <= k < self.n_items:
+            raise ConfigError(f"k must be in 1..{self.n_items - 1}, got {k}")
+        with torch.no_grad():
+            sims = unit[torch.as_tensor(ids - 1, device=unit.device)] @ unit.T  # (Q, n_items)
+            sims[torch.arange(len(ids)), torch.as_tensor(ids - 1)] = -torch.inf  # not itself
+            top = torch.topk(sims, k, dim=1)
+        return [
+            [(self.items.decode(i + 1), float(v)) for v, i in zip(vs, ix, strict=True)]
+            for vs, ix in zip(top.values.cpu().tolist(), top.indices.cpu().tolist(), strict=True)
+        ]
 
     # ------------------------------------------------------------------------- encoding
 

@@ -13,19 +13,29 @@ from typing import Any
 import torch
 
 from seqrec.config import RunConfig
+from seqrec.data.item_features import ItemEncoder, ItemFeatures
 from seqrec.errors import ConfigError, RunError
 from seqrec.models.base import SequenceModel
 from seqrec.models.registry import MODELS, entry
+from seqrec.models.tower import attach_item_features
 from seqrec.training.rundir import RunDir
 from seqrec.training.sizes import check_memory
 
 __all__ = ["MODELS", "Run", "build_model", "load_run", "shape_mismatch"]
 
 
-def build_model(cfg: RunConfig, n_items: int, n_users: int = 0) -> SequenceModel:
+def build_model(
+    cfg: RunConfig, n_items: int, n_users: int = 0, features: ItemFeatures | None = None
+) -> SequenceModel:
     """The model `cfg.model` for `n_items` items (and `n_users` training users, for the models
-    with a per-user term), freshly initialised (seqrec.models.registry)."""
-    return entry(cfg.model).build(n_items, n_users, cfg)
+    with a per-user term), freshly initialised (seqrec.models.registry); with `features` (rows
+    0..n_items) its item tables become item towers (seqrec.models.tower)."""
+    model = entry(cfg.model).build(n_items, n_users, cfg)
+    if features is not None:
+        if features.n_rows != n_items + 1:
+            raise ValueError(f"item features of {features.n_rows - 1} items for {n_items} items")
+        attach_item_features(model, features, cfg.items.id_dropout)
+    return model
 
 
 @dataclass
@@ -38,9 +48,17 @@ class Run:
     item_ids: list[Any]
     metrics: dict[str, Any] | None
     source: dict[str, Any]
+    # a run with item features: the encoder fitted on its items table, and its items' features
+    items: tuple[ItemEncoder, ItemFeatures] | None = None
 
 
-def _shaped_model(cfg: RunConfig, n_items: int, n_users: int, where: Path) -> SequenceModel:
+def _shaped_model(
+    cfg: RunConfig,
+    n_items: int,
+    n_users: int,
+    where: Path,
+    features: ItemFeatures | None = None,
+) -> SequenceModel:
     """The model `cfg` describes, built on the meta device (no memory) for its weights' shapes,
     once its parameters are weighed by formula and found within the bound (seqrec.training.sizes):
     one line otherwise."""
@@ -50,7 +68,7 @@ def _shaped_model(cfg: RunConfig, n_items: int, n_users: int, where: Path) -> Se
         raise RunError(str(err)) from None
     try:
         with torch.device("meta"):
-            return build_model(cfg, n_items, n_users)
+            return build_model(cfg, n_items, n_users, features)
     except (ValueError, RuntimeError, TypeError) as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
         raise RunError(f"{where}: its config does not build a model ({first})") from None
@@ -89,7 +107,11 @@ def load_run(
     vocab = run.vocab()
     item_ids = vocab["items"]
     n_users = int(vocab.get("n_users", 0))
-    shaped = _shaped_model(cfg, len(item_ids), n_users, run.config_path)
+    items = run.item_features()
+    if (items is None) != (not cfg.items.features):
+        raise RunError(f"{run.path}: its config and its item features file do not agree")
+    features = items[1] if items is not None else None
+    shaped = _shaped_model(cfg, len(item_ids), n_users, run.config_path, features)
     state, where = run.best_weights()
     _check_state(state, shaped, where)
     # the loaded tensors become the model's (`assign`): the weights are in memory once, not
@@ -97,4 +119,4 @@ def load_run(
     model = shaped
     model.load_state_dict(state, assign=True)
     model.to(device).eval()
-    return Run(run.path, cfg, model, item_ids, run.metrics(), run.source())
+    return Run(run.path, cfg, model, item_ids, run.metrics(), run.source(), items)

@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from seqrec.config import RunConfig
 from seqrec.data.candidates import item_popularity
+from seqrec.data.item_features import ItemEncoder, ItemFeatures, encode_items, items_file_bytes
 from seqrec.data.prepared import PreparedDataset
 from seqrec.errors import ConfigError
 from seqrec.evaluation.protocols import PROTOCOLS, evaluate_split, parse_protocols
@@ -65,22 +66,28 @@ def fit(
     inputs: Sequence[str | Path] = (),
     break_lock: bool = False,
     keep_checkpoints: bool = False,
+    items_table: Any = None,
+    items: tuple[ItemEncoder, ItemFeatures] | None = None,
 ) -> FitResult:
     """Train `cfg.model` on `ds`; the run directory `out` receives everything (see checkpoint).
     One training at a time holds the directory (`checkpoint.run_lock`). `out` must be new or
     empty (a run directory with `resume`), and may not be or contain the prepared data or any of
     `inputs` (the source file, a run it refits). `break_lock` takes a lock that another host's
     process left (RunDir.lock). A finished run keeps its last checkpoint only, both with
-    `keep_checkpoints`.
+    `keep_checkpoints`. `items_table`: the items table (a frame or a path) in place of
+    `cfg.items.table`, for a run with item features; `items`: its encoder and the features of
+    `ds`'s items, already made (a refit takes its run's).
 
     Under torchrun (seqrec.training.distributed) every rank calls `fit`; rank 0 alone checks, locks
     and writes the run directory, and its error, if any, is every rank's."""
     run_dir = Path(out)
     if not resume:  # every value in range, the run to start from fitting, before any file
         validate(cfg, ds)
+        if items is None and cfg.items.features:  # a bad table: one line
+            items = encode_items(cfg.items, ds.item_ids, items_table)
         if cfg.train.init_from:
             with torch.device("meta"):
-                shaped = ckpt.build_model(cfg, ds.n_items, ds.n_users)
+                shaped = ckpt.build_model(cfg, ds.n_items, ds.n_users, _features(items))
             _init_state(shaped, Path(cfg.train.init_from), cfg, ds)
     r = ranks()
     run = RunDir(run_dir)
@@ -100,6 +107,7 @@ def fit(
             source=source,
             keep_checkpoints=keep_checkpoints,
             ranks=r,
+            items=items,
         )
 
 
@@ -156,6 +164,7 @@ def _fit(
     source: dict[str, Any] | None,
     keep_checkpoints: bool = False,
     ranks: Ranks | None = None,
+    items: tuple[ItemEncoder, ItemFeatures] | None = None,
 ) -> FitResult:
     """Open the run (or resume it), set the training up, run the loop, test the chosen state.
     In a distributed run (`ranks`) rank 0 decides what is timed, writes, validates and tests;
@@ -168,6 +177,7 @@ def _fit(
         if run.finished:
             raise ConfigError(f"{run.path}: the run has already finished (its metrics are in)")
         cfg = run.config()  # the run goes on with the settings it started with
+        items = run.item_features()
     if r.main:  # decided on rank 0 alone (an epochs tier is timed): every rank trains it
         say = (lambda line: tqdm.write(line, file=sys.stderr)) if progress else None
         cfg = resolve(cfg, ds, resolve_device(cfg.train.device).type, say=say)
@@ -181,15 +191,20 @@ def _fit(
         # the model, its batches, loss and optimiser first: what they refuse leaves no file
         precision = state.get("precision") if state is not None else None
         # rank 0 first: its "auto" precisions, timed there, are every rank's
-        mine = setup(ds, cfg, device, fresh=state is None, precision=precision) if r.main else None
+        features = _features(items)
+        mine = (
+            setup(ds, cfg, device, fresh=state is None, precision=precision, features=features)
+            if r.main
+            else None
+        )
         precision = broadcast(mine.precision if mine is not None else None, r)
         training = (
             mine
             if mine is not None
-            else setup(ds, cfg, device, fresh=state is None, precision=precision)
+            else setup(ds, cfg, device, fresh=state is None, precision=precision, features=features)
         )
         if state is None and r.main:
-            _start(run, ds, cfg, source)
+            _start(run, ds, cfg, source, items)
         loop = _LoopState.restored(state, training) if state is not None else _LoopState()
         training.distribute(r)
         stopped = _train(training, ds, run, loop, device=device, commit=commit, progress=progress)
@@ -201,7 +216,17 @@ def _fit(
     return FitResult(run.path, training.model, metrics)
 
 
-def _start(run: RunDir, ds: PreparedDataset, cfg: RunConfig, source: dict[str, Any] | None) -> None:
+def _features(items: tuple[ItemEncoder, ItemFeatures] | None) -> ItemFeatures | None:
+    return None if items is None else items[1]
+
+
+def _start(
+    run: RunDir,
+    ds: PreparedDataset,
+    cfg: RunConfig,
+    source: dict[str, Any] | None,
+    items: tuple[ItemEncoder, ItemFeatures] | None = None,
+) -> None:
     """A new run's first files. Its config records the data settings `ds` was prepared with
     (a DataFrame or a file with its own columns prepared from Python is prepared the same way
     again by `evaluate`/`refit` on the run)."""
@@ -218,6 +243,7 @@ def _start(run: RunDir, ds: PreparedDataset, cfg: RunConfig, source: dict[str, A
         # the training popularity: the ranking a recommender gives an empty history
         {"items": ds.item_ids, "popularity": popularity, "n_users": ds.n_users},
         code_diff=git_diff(),
+        items=None if items is None else items_file_bytes(*items),
     )
 
 

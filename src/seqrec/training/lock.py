@@ -3,9 +3,11 @@ this host) is taken over, one held on another host only with `break_lock`."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import socket
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,7 +16,45 @@ from seqrec.errors import RunError
 if TYPE_CHECKING:
     pass
 
-__all__ = ["take_lock"]
+__all__ = ["hold", "take_lock"]
+
+
+@contextlib.contextmanager
+def hold(run_dir: Path, path: Path, break_lock: bool, names: Sequence[str]) -> Iterator[None]:
+    """Hold `run_dir` for one training through its lock file `path`: a second one is refused
+    in one line.
+
+    The lock is `fcntl.flock` on `.lock`, which the kernel releases when its holder dies,
+    so a lock left by a killed process is taken over at once; the file records the holder's
+    pid, start time and host for the message. A lock file naming another host (a directory
+    on shared storage, where flock may not reach across machines) is refused unless
+    `break_lock`; one naming a process of this host that still runs with the same start
+    time (a holder that did not flock) is refused; a reused pid is not taken for it. Once
+    held, the half-written temporary files of the run files `names`, left by a process killed
+    while writing them (atomic_write's `.<name>.*`, the weights' `.<name>.new`), are removed:
+    never read."""
+    created = not run_dir.exists()
+    try:
+        fd = take_lock(run_dir, path, break_lock)
+    except BaseException:
+        if created:  # a lock not taken leaves no directory it made
+            with contextlib.suppress(OSError):
+                run_dir.rmdir()
+        raise
+    for p in run_dir.iterdir():
+        hidden = p.name.startswith(".") and p.name != path.name
+        if hidden and any(p.name.lstrip(".").startswith(f"{n}.") for n in names):
+            p.unlink(missing_ok=True)
+    try:
+        yield
+    finally:
+        try:
+            path.unlink(missing_ok=True)  # before the lock goes: a waiter re-checks the inode
+        finally:
+            os.close(fd)
+        if created:
+            with contextlib.suppress(OSError):  # a run that failed before writing anything
+                run_dir.rmdir()  # leaves nothing (only when empty)
 
 
 def take_lock(run_dir: Path, path: Path, break_lock: bool) -> int:

@@ -3,6 +3,9 @@ files: no other module opens one by name. (seqrec.training.checkpoint builds a m
 
     config.json     the resolved RunConfig (defaults -> file -> --set), plus the data it ran on
                     (`source`: the data, its prepared directory, what a refit started from)
+    items.npz       only for a run with item features: the encoder fitted on the items table
+                    and the features of the run's items, row i for internal item i
+                    (seqrec.data.item_features)
     vocab.json      {"items": [external ids], "popularity": [training counts], "n_users"}:
                     internal item i is items[i - 1]; popularity[i] its training interactions
     checkpoint.pt   the last finished epoch: weights, optimiser, schedule, best state, history
@@ -36,7 +39,7 @@ import io
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -44,7 +47,7 @@ import polars as pl
 import torch
 
 from seqrec.data import ids
-from seqrec.errors import ConfigError, RunError
+from seqrec.errors import ConfigError, DataError, RunError
 from seqrec.files import bound, checked_open, hash_file, json_object, read_checked
 from seqrec.outputs import (
     CHECKPOINT,
@@ -52,6 +55,7 @@ from seqrec.outputs import (
     CONFIG,
     DIGESTS,
     EVENTS,
+    ITEMS,
     LOCK,
     LOG,
     LOG_CSV,
@@ -66,10 +70,11 @@ from seqrec.outputs import (
 )
 from seqrec.provenance import atomic_write, write_json
 from seqrec.training.events import EventLog
-from seqrec.training.lock import take_lock
+from seqrec.training.lock import hold
 
 if TYPE_CHECKING:
     from seqrec.config import RunConfig
+    from seqrec.data.item_features import ItemEncoder, ItemFeatures
 
 __all__ = ["RUN_FILES", "RUN_MARKER", "RUN_OUTPUTS", "RunDir", "load_tensors"]
 
@@ -112,18 +117,27 @@ class RunDir:
 
     # ------------------------------------------------------------------------------- writing
 
-    def start(self, config: dict[str, Any], vocab: dict[str, Any], code_diff: str | None) -> None:
-        """A new run's first files: its config (with `source`), its vocab and, when the code
-        had uncommitted changes, that diff. A start that fails (a full disk) takes back what it
-        wrote: the directory is left as a run that never started."""
+    def start(
+        self,
+        config: dict[str, Any],
+        vocab: dict[str, Any],
+        code_diff: str | None,
+        items: bytes | None = None,
+    ) -> None:
+        """A new run's first files: its config (with `source`), its vocab, its item features
+        (`items`, items_file_bytes) and, when the code had uncommitted changes, that diff. A start
+        that fails (a full disk) takes back what it wrote: the directory is left as a run that
+        never started."""
         self.path.mkdir(parents=True, exist_ok=True)
         try:
             self._write_json(CONFIG, config)
             self._write_json(VOCAB, vocab)
+            if items is not None:
+                self._replace({ITEMS: items})
             if code_diff:  # the run's numbers stay traceable to its uncommitted code
                 atomic_write(self.path / CODE_DIFF, lambda f: f.write(code_diff.encode()))
         except BaseException:
-            for name in (CONFIG, VOCAB, CODE_DIFF, DIGESTS):
+            for name in (CONFIG, VOCAB, ITEMS, CODE_DIFF, DIGESTS):
                 (self.path / name).unlink(missing_ok=True)
             raise
 
@@ -169,6 +183,34 @@ class RunDir:
         self._commit(
             {name: digest}, lambda: atomic_write(self.path / name, lambda f: f.write(data))
         )
+
+    def add_items(self, vocab: dict[str, Any], items: bytes, state: dict[str, Any]) -> None:
+        """A catalogue grown after training (`Recommender.add_items`): the vocab, the item
+        features and the weights replaced together (`_replace`)."""
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        vocab_bytes = (json.dumps(vocab, indent=2) + "\n").encode()
+        self._replace({VOCAB: vocab_bytes, ITEMS: items, WEIGHTS: buf.getvalue()})
+        self._parameter_bytes = None
+
+    def _replace(self, files: dict[str, bytes]) -> None:
+        """Files ({name: bytes}) each written whole beside the old one first, their digests
+        recorded as pending, then all moved into place (`_commit`); a failed write is one line
+        and leaves the old files."""
+        fresh = {name: self.path / f".{name}.new" for name in files}
+        try:
+            for name, data in files.items():
+                atomic_write(fresh[name], lambda f, d=data: f.write(d))  # type: ignore[misc]
+
+            def put() -> None:
+                for name in files:
+                    os.replace(fresh[name], self.path / name)
+
+            self._commit({n: hashlib.sha256(d).hexdigest() for n, d in files.items()}, put)
+        except OSError as err:
+            for path in fresh.values():
+                path.unlink(missing_ok=True)
+            raise RunError(f"{self.path}: could not be written ({err.strerror or err})") from None
 
     def _save_weights(self, name: str, obj: Any) -> None:
         """Write a weight file and record its sha256. The new file is written whole beside the
@@ -262,6 +304,18 @@ class RunDir:
             raise RunError(f"{path}: damaged ('n_users' must be a count)")
         return vocab
 
+    def item_features(self) -> tuple[ItemEncoder, ItemFeatures] | None:
+        """items.npz (verified): the item encoder and the features of the run's items; None for
+        a run without item features."""
+        if not (self.path / ITEMS).exists() and not (self.path / ITEMS).is_symlink():
+            return None
+        from seqrec.data.item_features import load_items_file
+
+        try:
+            return load_items_file(self._read_verified(ITEMS), str(self.path / ITEMS))
+        except DataError as err:
+            raise RunError(str(err)) from None
+
     def check_items(self, item_ids: Sequence[Any], where: str | None = None) -> None:
         """The run was trained on these items (in this order), or one ConfigError line."""
         ids.check_items(self.vocab()["items"], item_ids, where or self.path)
@@ -352,7 +406,7 @@ class RunDir:
         """A JSON file's bytes, looked at before they are read (seqrec.files: no symlink out of
         the run, a regular file within its kind's bound), and only if their sha256 is the one
         the manifest records for the name."""
-        kind = {CONFIG: "config", VOCAB: "vocab", METRICS: "metrics"}[name]
+        kind = {CONFIG: "config", VOCAB: "vocab", METRICS: "metrics", ITEMS: "item_features"}[name]
         digests = self._digests(trust=self.trust)  # before the file: a writer records first
         data = read_checked(self.path / name, bound(kind), root=self.path, error=RunError)
         if _covered(digests, name, self.trust):
@@ -402,46 +456,11 @@ class RunDir:
 
     # ---------------------------------------------------------------------------------- lock
 
-    @contextlib.contextmanager
-    def lock(self, *, break_lock: bool = False) -> Iterator[None]:
-        """Hold the directory for one training: a second one is refused in one line.
-
-        The lock is `fcntl.flock` on `.lock`, which the kernel releases when its holder dies,
-        so a lock left by a killed process is taken over at once; the file records the holder's
-        pid, start time and host for the message. A lock file naming another host (a directory
-        on shared storage, where flock may not reach across machines) is refused unless
-        `break_lock`; one naming a process of this host that still runs with the same start
-        time (a holder that did not flock) is refused; a reused pid is not taken for it."""
-        created = not self.path.exists()
-        path = self.path / LOCK
-        try:
-            fd = take_lock(self.path, path, break_lock)
-        except BaseException:
-            if created:  # a lock not taken leaves no directory it made
-                with contextlib.suppress(OSError):
-                    self.path.rmdir()
-            raise
-        self._remove_leftovers()
-        try:
-            yield
-        finally:
-            try:
-                path.unlink(missing_ok=True)  # before the lock goes: a waiter re-checks the inode
-            finally:
-                os.close(fd)
-            if created:
-                with contextlib.suppress(OSError):  # a run that failed before writing anything
-                    self.path.rmdir()  # leaves nothing (only when empty)
-
-    def _remove_leftovers(self) -> None:
-        """Half-written temporary files of run files, left by a process killed while writing
-        them (atomic_write's `.<name>.*`, the weights' `.<name>.new` and `..<name>.new.*`):
-        never read, removed when the directory is taken again."""
-        names = (CONFIG, VOCAB, CHECKPOINT, WEIGHTS, METRICS, LOG, LOG_CSV, CODE_DIFF, DIGESTS)
-        for p in self.path.iterdir():
-            hidden = p.name.startswith(".") and p.name != LOCK
-            if hidden and any(p.name.lstrip(".").startswith(f"{n}.") for n in names):
-                p.unlink(missing_ok=True)
+    def lock(self, *, break_lock: bool = False) -> contextlib.AbstractContextManager[None]:
+        """Hold the directory for one training: a second one is refused in one line
+        (seqrec.training.lock.hold); half-written files a killed writer left are removed."""
+        names = (CONFIG, VOCAB, ITEMS, CHECKPOINT, WEIGHTS, METRICS, LOG, LOG_CSV, CODE_DIFF)
+        return hold(self.path, self.path / LOCK, break_lock, (*names, DIGESTS))
 
 
 def _covered(digests: dict[str, Any] | None, name: str, trust: bool) -> bool:

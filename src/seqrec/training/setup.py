@@ -22,6 +22,7 @@ from seqrec.config import (
 from seqrec.data.batches import Batch
 from seqrec.data.candidates import item_popularity
 from seqrec.data.ids import check_items
+from seqrec.data.item_features import ItemFeatures, encode_items
 from seqrec.data.negatives import NegativeSampler
 from seqrec.data.prepared import PreparedDataset
 from seqrec.errors import ConfigError, DataError
@@ -327,16 +328,21 @@ def setup(
     *,
     fresh: bool = True,
     precision: dict[str, Any] | None = None,
+    features: ItemFeatures | None = None,
 ) -> Training:
     """Build `cfg.model` for `ds` (seeded by train.seed) with its training batches, loss and
     optimiser, and decide its "auto" precisions on its first batch (`precision`: a decision made
     before, kept). `fresh`: a new run's initial weights (train.init_from, or the model's output
-    bias hook); a resumed run loads its own weights afterwards. `fit` is this plus the loop; the
-    benchmarks time `Training.step` on it."""
+    bias hook); a resumed run loads its own weights afterwards. `features`: the items' features
+    for a run with item features (encoded from `cfg.items` when not given). `fit` is this plus
+    the loop; the benchmarks time `Training.step` on it."""
     device = device or resolve_device(cfg.train.device)
     t = cfg.train
     torch.manual_seed(t.seed)  # initial weights
-    model = ckpt.build_model(cfg, ds.n_items, ds.n_users).to(device)
+    if features is None and cfg.items.features:
+        encoded = encode_items(cfg.items, ds.item_ids)
+        features = encoded[1] if encoded is not None else None
+    model = ckpt.build_model(cfg, ds.n_items, ds.n_users, features).to(device)
     if fresh and t.init_from:
         _warm_start(model, Path(t.init_from), cfg, ds)
     elif fresh:  # e.g. bert4rec.out_bias_init (a no-op for most models)

@@ -13,21 +13,24 @@ one ConfigError line, so an invalid config leaves nothing on disk.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from seqrec.config import RunConfig, check_ranges, parse_duration
+from seqrec.config import RunConfig, check_ranges, default_config, parse_duration
 from seqrec.data.negatives import NegativeSampler
 from seqrec.errors import ConfigError
 from seqrec.evaluation.metrics import metric_names
 from seqrec.evaluation.protocols import parse_protocols
-from seqrec.models.registry import entry
+from seqrec.models.registry import MODELS, entry, reads_item_features
 from seqrec.training.sizes import check_memory
 
 if TYPE_CHECKING:
     from seqrec.data.prepared import PreparedDataset
 
-__all__ = ["validate"]
+__all__ = ["validate", "with_items_table"]
 
 
 def validate(
@@ -53,10 +56,57 @@ def validate(
         raise ConfigError(f"{cfg.model}: next_item.pack must be false (each row is one user's)")
     if model.validate is not None:
         model.validate(cfg, ds)
+    _check_items(cfg)
     # the memory it asks for, from the numbers alone (without the data: what its layers ask for)
     n_items, n_users = (ds.n_items, ds.n_users) if ds is not None else (0, 0)
     check_memory(cfg, n_items, n_users, training=True)
     return cfg
+
+
+def with_items_table(
+    cfg: RunConfig,
+    table: Any,
+    features: Sequence[str] | str | Mapping[str, str] | None,
+    *,
+    where: str = "fit",
+) -> RunConfig:
+    """`cfg` reading `features` ("genres", "genres:categories", or {name: kind}) of the items
+    table `table` (a path, or a frame: recorded as "<frame>"), validated; `cfg` itself when
+    neither is given. One ConfigError line when only one is."""
+    from seqrec.data.items_table import parse_features
+
+    if (table is None) != (features is None):
+        raise ConfigError(
+            f"{where}: items= and item_features= go together (the table and the columns to "
+            "read from it)"
+        )
+    if table is None or features is None:
+        return cfg
+    names = tuple(str(f) for f in parse_features(features))
+    source = str(table) if isinstance(table, str | Path) else "<frame>"
+    items = dataclasses.replace(cfg.items, table=source, features=names)
+    return validate(dataclasses.replace(cfg, items=items), where=where)
+
+
+def _check_items(cfg: RunConfig) -> None:
+    """An items table's settings: features name their table, and the model reads them."""
+    from seqrec.data.items_table import parse_features
+    from seqrec.errors import DataError
+
+    items = cfg.items
+    if items.features and not items.table:
+        raise ConfigError("items.features: given without items.table (the items table to read)")
+    if not items.features:
+        return
+    try:
+        parse_features(items.features)
+    except DataError as err:
+        raise ConfigError(f"items.features: {err}") from None
+    if not reads_item_features(cfg):
+        readers = ", ".join(m for m in MODELS if reads_item_features(default_config(m)))
+        raise ConfigError(
+            f"items.features: {cfg.model} reads no item features (the models that do: {readers})"
+        )
 
 
 def _check_loop(cfg: RunConfig) -> None:

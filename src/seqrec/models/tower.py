@@ -1,0 +1,184 @@
+"""The item tower: an item's vector from its id and its features, shared by the models that read
+item features (`ModelEntry.item_features`).
+
+An item's vector is the sum of its id embedding and one embedding per feature (RecTools' "item
+nets" summed; the convention of the feature-aware SASRec variants): each categorical feature
+an embedding of its value (the mean over a multi-valued feature's values), and one linear map of
+every dense column (numbers, missing flags, vectors, text vectors). The tower replaces a model's
+item embedding table (`SequenceModel.item_tables`), so the same vectors are the model's input
+and its output layer: the score of an item follows from its features as well as its id.
+
+An item with no interactions (a cold item) has no id embedding of its own. `id_dropout` trains
+for that case: in each training step each item's id embedding is replaced, with that
+probability, by one learned "unknown id" vector, so that the features learn to stand for the
+item (`id_dropout = 1`: a features-only tower). Scoring uses the expectation,
+(1 - p) id + p unknown, as dropout does. An item added after training (`add_rows`) is given the
+mean id embedding of the trained items whose features are nearest to its own.
+
+The features are buffers of the tower, saved with the weights; the run's items file
+(seqrec.training.rundir) keeps them too, with the encoder that made them (what encodes an item
+added later).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from seqrec.data.item_features import ItemFeatures
+
+__all__ = ["ItemTower", "attach_item_features"]
+
+
+class ItemTower(nn.Module):
+    """An item embedding table whose rows are id embedding + feature embeddings: used as the
+    `nn.Embedding` it replaces (`tower(ids)`, `tower.weight`)."""
+
+    def __init__(self, ids: nn.Embedding, features: ItemFeatures, id_dropout: float = 0.0) -> None:
+        super().__init__()
+        self.ids = ids  # (V, D): the model's own table, initialised as the model does
+        d = ids.embedding_dim
+        w = ids.weight
+        # the feature embeddings start at the scale of the id embeddings they are added to
+        std = 0.02 if w.is_meta else float(w[1:].detach().float().std())
+        self.cats = nn.ModuleList(
+            nn.Embedding(size + 1, d, padding_idx=0) for size in features.sizes
+        )
+        for emb in self.cats:
+            assert isinstance(emb, nn.Embedding)
+            nn.init.normal_(emb.weight, std=std)
+            with torch.no_grad():
+                emb.weight[0].zero_()
+        self.dense = nn.Linear(features.width, d, bias=False) if features.width else None
+        if self.dense is not None:
+            nn.init.normal_(self.dense.weight, std=std / max(features.width, 1) ** 0.5)
+        self.id_dropout = id_dropout
+        # the id embedding of an item whose id is left out (id dropout) or unknown (added later)
+        self.unknown = nn.Parameter(torch.randn(d) * std) if id_dropout > 0 else None
+        self._cached: tuple[tuple[tuple[int, int], ...], torch.Tensor] | None = None
+        self._set_features(features)
+
+    def _set_features(self, features: ItemFeatures) -> None:
+        """The features as buffers with the table's rows (rows past the features', such as
+        BERT4Rec's [MASK], have none)."""
+        rows = self.ids.num_embeddings
+        if features.n_rows > rows:
+            raise ValueError(f"{features.n_rows} rows of item features for a table of {rows}")
+        extra = rows - features.n_rows
+        device = self.ids.weight.device
+        for i, codes in enumerate(features.codes):
+            t = torch.as_tensor(codes, dtype=torch.long)
+            self.register_buffer(f"codes_{i}", nn.functional.pad(t, (0, 0, 0, extra)).to(device))
+        dense = torch.as_tensor(features.dense, dtype=torch.float32)
+        self.register_buffer("dense_values", nn.functional.pad(dense, (0, 0, 0, extra)).to(device))
+        self.n_codes = len(features.codes)
+
+    dense_values: torch.Tensor  # (V, width) the dense features (a buffer)
+
+    @property
+    def embedding_dim(self) -> int:
+        return self.ids.embedding_dim
+
+    @property
+    def num_embeddings(self) -> int:
+        return self.ids.num_embeddings
+
+    def feature_vectors(self, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """(..., D) the features' part of the vectors of `rows` (every row when None)."""
+        out: torch.Tensor | None = None
+        for i, emb in enumerate(self.cats):
+            codes = getattr(self, f"codes_{i}")
+            c = codes if rows is None else codes[rows]  # (..., slots)
+            valued = (c > 0)[..., None]  # (..., slots, 1): code 0 is no value
+            n = valued.sum(-2).clamp(min=1)
+            v = (emb(c) * valued).sum(-2) / n  # the mean over a multi-valued feature's values
+            out = v if out is None else out + v
+        if self.dense is not None:
+            d = self.dense_values if rows is None else self.dense_values[rows]
+            v = self.dense(d.to(self.dense.weight.dtype))
+            out = v if out is None else out + v
+        if out is None:
+            shape = (
+                *(rows.shape if rows is not None else (self.num_embeddings,)),
+                self.embedding_dim,
+            )
+            return self.ids.weight.new_zeros(shape)
+        return out
+
+    def _ids(self, e: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+        """Id embeddings `e` under id dropout (`shape`: the mask's, broadcast over D). Training:
+        each replaced by the unknown-id vector with probability p = `id_dropout`. Scoring: their
+        expectation, (1 - p) e + p unknown, as dropout scores with its expectation, so that a
+        trained item's id adds to its features what it added on average in training, and an
+        item with no id of its own (unknown) is on the same footing."""
+        if self.unknown is None:
+            return e
+        unknown = self.unknown.to(e.dtype)
+        if not self.training:
+            return torch.lerp(e, unknown.expand_as(e), self.id_dropout)
+        drop = torch.rand(shape, device=e.device) < self.id_dropout
+        return torch.where(drop, unknown, e)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """(V, D) every row's vector: what the output layer multiplies. Scoring without
+        gradients reuses it until a parameter changes (the table is computed once for many
+        requests, not once a request)."""
+        w = self.ids.weight
+        frozen = not self.training and not torch.is_grad_enabled() and not w.is_meta
+        if frozen and not torch.jit.is_tracing() and not torch.onnx.is_in_onnx_export():
+            key = tuple((id(p), p._version) for p in self.parameters())
+            if self._cached is None or self._cached[0] != key:
+                self._cached = (key, w + self.feature_vectors())
+            return self._cached[1]
+        return self._ids(w, (w.shape[0], 1)) + self.feature_vectors()
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """(...) item ids -> (..., D) their vectors."""
+        return self._ids(self.ids(ids), (*ids.shape, 1)) + self.feature_vectors(ids)
+
+    @torch.no_grad()
+    def add_rows(self, features: ItemFeatures, at: int, neighbours: int = 10) -> None:
+        """New items' rows inserted at row `at` (rows from `at` on move down), `features`' rows
+        1.. as their features. Each new item's id embedding is the mean of those of the
+        `neighbours` trained items (rows 1..at-1) whose feature vectors are nearest to its own
+        (cosine): a trained item's id carries what its features do not (what items like it
+        were chosen for), and a new item is given its neighbours'. (The unknown-id vector alone
+        would leave every new item below the trained items its features resemble.)"""
+        n = features.n_rows - 1
+        w = self.ids.weight
+        for i in range(self.n_codes):
+            old = getattr(self, f"codes_{i}")
+            new = torch.as_tensor(features.codes[i][1:], dtype=torch.long, device=old.device)
+            slots = max(old.shape[1], new.shape[1])
+            old = nn.functional.pad(old, (0, slots - old.shape[1]))
+            new = nn.functional.pad(new, (0, slots - new.shape[1]))
+            setattr(self, f"codes_{i}", torch.cat([old[:at], new, old[at:]]))
+        d = torch.as_tensor(
+            features.dense[1:], dtype=torch.float32, device=self.dense_values.device
+        )
+        self.dense_values = torch.cat([self.dense_values[:at], d, self.dense_values[at:]])
+        trained = nn.functional.normalize(
+            self.feature_vectors(torch.arange(1, at, device=w.device)), dim=1
+        )
+        added = self.feature_vectors(torch.arange(at, at + n, device=w.device))
+        rows = []
+        for lo in range(0, n, 1024):  # (1024, trained) similarities at a time
+            sims = nn.functional.normalize(added[lo : lo + 1024], dim=1) @ trained.T
+            near = sims.topk(min(neighbours, at - 1), dim=1).indices + 1  # rows of w
+            rows.append(w[near].mean(1))
+        start = torch.cat(rows) if rows else w.new_zeros(0, w.shape[1])
+        self.ids.weight = nn.Parameter(torch.cat([w[:at], start.to(w.dtype), w[at:]]))
+        self.ids.num_embeddings = self.ids.weight.shape[0]
+        self._cached = None
+
+
+def attach_item_features(model: nn.Module, features: ItemFeatures, id_dropout: float) -> None:
+    """Replace each of the model's item tables (`item_tables`) with an `ItemTower` over it."""
+    for name in getattr(model, "item_tables", ()):
+        table = getattr(model, name)
+        if table is None:
+            continue
+        if not isinstance(table, nn.Embedding):
+            raise TypeError(f"{type(model).__name__}.{name}: not an embedding table")
+        setattr(model, name, ItemTower(table, features, id_dropout))

@@ -1,0 +1,188 @@
+"""Item features end to end: every model that reads them trains, saves and loads with them;
+the estimator and the CLI take an items table; a new item is added to a trained run and is
+recommended after a history of its neighbours; a run's items file is checked like its other
+files; a config that cannot use item features is one line before anything is written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+
+import seqrec
+from seqrec.cli import main
+from seqrec.config import ItemsConfig, RunConfig, load_config
+from seqrec.data.prepare import prepare
+from seqrec.data.prepared import PreparedDataset
+from seqrec.errors import ConfigError, RunError
+from seqrec.serving.recommender import Recommender
+from seqrec.training.checkpoint import load_run
+from seqrec.training.fit import fit
+from seqrec.training.validation import validate
+
+N_GENRES, PER_GENRE = 4, 10
+
+
+def _planted(seed: int = 0) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """40 items in 4 genres (item i: genre i % 4); each user picks from one genre; the items
+    table names the genre and a title with it."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for u in range(160):
+        g = u % N_GENRES
+        pool = [i for i in range(1, N_GENRES * PER_GENRE + 1) if i % N_GENRES == g]
+        for t, i in enumerate(rng.choice(pool, size=8, replace=False)):
+            rows.append((u, int(i), t))
+    log = pl.DataFrame(rows, schema=["user", "item", "timestamp"], orient="row")
+    items = pl.DataFrame(
+        {
+            "item": list(range(1, N_GENRES * PER_GENRE + 5)),
+            "genre": [f"g{i % N_GENRES}" for i in range(1, N_GENRES * PER_GENRE + 5)],
+            "title": [
+                f"film {i} of kind {i % N_GENRES}" for i in range(1, N_GENRES * PER_GENRE + 5)
+            ],
+        }
+    )
+    return log, items
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> tuple[PreparedDataset, Path]:
+    log, items = _planted()
+    root = tmp_path_factory.mktemp("features")
+    table = root / "items.csv"
+    items.filter(pl.col("item") <= N_GENRES * PER_GENRE).write_csv(table)
+    return prepare(log, out=root / "prepared", name="planted", progress=False), table
+
+
+def _cfg(model: str, table: Path, *more: str) -> RunConfig:
+    sizes = {
+        "sasrec": ["sasrec.d_model=16", "sasrec.max_len=10"],
+        "bert4rec": ["bert4rec.d_model=16", "bert4rec.max_len=10"],
+        "lrurec": ["lrurec.d_model=16", "lrurec.max_len=10"],
+        "gru4rec": ["gru4rec.d_model=16", "gru4rec.hidden=16", "gru4rec.max_len=10"],
+    }[model]
+    return load_config(
+        RunConfig,
+        None,
+        [
+            f"model={json.dumps(model)}",
+            *sizes,
+            f"items.table={json.dumps(str(table))}",
+            'items.features=["genre", "title:text"]',
+            "items.id_dropout=0.5",
+            "train.max_epochs=3",
+            "train.patience=0",
+            "train.batch_size=32",
+            "train.lr=1e-2",
+            "train.threads=1",
+            'train.device="cpu"',
+            *more,
+        ],
+    )
+
+
+@pytest.mark.parametrize("model", ["sasrec", "bert4rec", "lrurec", "gru4rec"])
+def test_each_feature_model_trains_saves_and_loads_with_its_features(
+    model: str, planted: tuple[PreparedDataset, Path], tmp_path: Path
+) -> None:
+    ds, table = planted
+    result = fit(ds, _cfg(model, table), tmp_path / "run", progress=False)
+    assert (tmp_path / "run" / "items.npz").exists()
+    assert "items.npz" in json.loads((tmp_path / "run" / "sha256.json").read_text())
+    run = load_run(tmp_path / "run")
+    assert run.items is not None and run.items[0].describe().startswith("genre: category (4")
+    histories = torch.tensor([[0, 1, 5, 9], [2, 6, 10, 14]])
+    result.model.eval()
+    assert torch.allclose(result.model.score(histories), run.model.score(histories), atol=1e-6)
+    assert "item_emb.cats.0.weight" in run.model.state_dict()
+    # resuming is not needed for this check: the weights file holds the features' tensors too
+    assert "item_emb.codes_0" in run.model.state_dict()
+
+
+def test_a_new_item_is_recommended_after_its_neighbours(
+    planted: tuple[PreparedDataset, Path],
+) -> None:
+    log, items = _planted()
+    model = seqrec.SASRec(d_model=16, max_len=10, max_epochs=15, patience=0, seed=0)
+    model.set_params(set=["items.id_dropout=0.5"])
+    model.fit(
+        log, items=items.filter(pl.col("item") <= 40), item_features=["genre"], progress=False
+    )
+    history = [np.asarray([4, 8, 12])]  # internal ids
+    before = model.recommender_.scores(history)
+    new = model.add_items(items.filter(pl.col("item") > 40))
+    assert new == [41, 42, 43, 44]
+    # item 44 is of genre 0, like 4, 8, 12, ...: a history of those ranks it first among the new
+    recs = model.recommender_.recommend([4, 8, 12, 16, 20], k=40)
+    ranked_new = [item for item, _ in recs if item > 40]
+    assert ranked_new[0] == 44
+    similar = model.similar_items([44], k=3)
+    assert all(int(s) % N_GENRES == 0 for s in similar.get_column("similar").to_list())
+    # the run directory records them: a later load has them, the old answers unchanged
+    again = seqrec.load(model.run_dir_)
+    assert again.recommender_.n_items == 44
+    assert torch.allclose(again.recommender_.scores(history)[:, :41], before, atol=1e-6)
+    with pytest.raises(seqrec.errors.DataError, match=r"4 of its 4 items are already in"):
+        again.add_items(items.filter(pl.col("item") > 40))
+
+
+def test_the_cli_trains_with_an_items_table_and_adds_items(
+    planted: tuple[PreparedDataset, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log, items = _planted()
+    data = tmp_path / "log.csv"
+    log.write_csv(data)
+    _, table = planted
+    new = tmp_path / "new.csv"
+    items.filter(pl.col("item") > 40).write_csv(new)
+    out = tmp_path / "run"
+    args = ["train", "gru4rec", "--data", str(data), "--out", str(out), "--quiet"]
+    args += ["--items-table", str(table), "--item-features", "genre,title:text"]
+    args += ["--set", "train.max_epochs=2", "--set", "gru4rec.max_len=10"]
+    assert main(args) == 0
+    assert main(["add-items", str(out), "--items", str(new)]) == 0
+    assert "4 items added (41, 42, 43, 44); 40 -> 44 items" in capsys.readouterr().out
+    assert main(["recommend", str(out), "--history", "4,8,12", "-k", "44"]) == 0
+    assert "44" in capsys.readouterr().out
+
+
+def test_a_tampered_items_file_is_refused(
+    planted: tuple[PreparedDataset, Path], tmp_path: Path
+) -> None:
+    ds, table = planted
+    fit(ds, _cfg("sasrec", table), tmp_path / "run", progress=False)
+    path = tmp_path / "run" / "items.npz"
+    data = bytearray(path.read_bytes())
+    data[-10] ^= 1
+    path.write_bytes(bytes(data))
+    with pytest.raises(RunError, match=r"items.npz: its sha256 is not one this run recorded"):
+        Recommender.from_run(tmp_path / "run")
+
+
+def test_configs_that_cannot_read_item_features_are_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="items.features: given without items.table"):
+        validate(load_config(RunConfig, None, ['model="sasrec"', 'items.features=["genre"]']))
+    cfg = load_config(
+        RunConfig, None, ['model="bpr-mf"', 'items.table="x.csv"', 'items.features=["genre"]']
+    )
+    with pytest.raises(ConfigError, match=r"bpr-mf reads no item features \(the models that do: "):
+        validate(cfg)
+    with pytest.raises(ConfigError, match=r"items.id_dropout must be in \[0, 1\]"):
+        validate(load_config(RunConfig, None, ['model="sasrec"', "items.id_dropout=1.5"]))
+    assert ItemsConfig().features == ()
+
+
+def test_a_bad_items_table_writes_nothing(
+    planted: tuple[PreparedDataset, Path], tmp_path: Path
+) -> None:
+    ds, _ = planted
+    table = tmp_path / "items.csv"
+    pl.DataFrame({"item": [1, 2], "genre": ["a", "b"]}).write_csv(table)  # most items missing
+    with pytest.raises(seqrec.errors.DataError, match=r"38 of 40 items have no row"):
+        fit(ds, _cfg("sasrec", table, 'items.features=["genre"]'), tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
