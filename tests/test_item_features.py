@@ -208,6 +208,11 @@ def test_id_dropout_trains_with_the_unknown_id_and_scores_with_the_expectation()
     assert half.unknown is not None
     e = half.ids(ids)
     assert torch.allclose(half(ids), 0.75 * e + 0.25 * half.unknown + half.feature_vectors(ids))
+    # the table scoring reuses (no gradients: cached) is the same expectation
+    with torch.no_grad():
+        cached = half.weight
+        assert torch.allclose(cached[1:4], half(ids))
+        assert half.weight is cached  # computed once while no parameter changes
 
 
 def _model(kind: str, n: int) -> torch.nn.Module:

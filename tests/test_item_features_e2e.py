@@ -22,6 +22,7 @@ from seqrec.errors import ConfigError, RunError
 from seqrec.serving.recommender import Recommender
 from seqrec.training.checkpoint import load_run
 from seqrec.training.fit import fit
+from seqrec.training.rundir import RunDir
 from seqrec.training.validation import validate
 
 N_GENRES, PER_GENRE = 4, 10
@@ -100,8 +101,15 @@ def test_each_feature_model_trains_saves_and_loads_with_its_features(
     result.model.eval()
     assert torch.allclose(result.model.score(histories), run.model.score(histories), atol=1e-6)
     assert "item_emb.cats.0.weight" in run.model.state_dict()
-    # resuming is not needed for this check: the weights file holds the features' tensors too
-    assert "item_emb.codes_0" in run.model.state_dict()
+    assert "item_emb.codes_0" in run.model.state_dict()  # the weights hold the features too
+    if run.model.onnx_export:  # the exported graph scores as the model does
+        ort = pytest.importorskip("onnxruntime")
+        from seqrec.serving.export import export_run
+
+        out = export_run(tmp_path / "run", "onnx")
+        got = ort.InferenceSession(str(out)).run(["scores"], {"histories": histories.numpy()})[0]
+        want = run.model.score(histories).numpy()
+        assert np.allclose(got[:, 1:], want[:, 1:], atol=1e-4)
 
 
 def test_a_new_item_is_recommended_after_its_neighbours(
@@ -186,3 +194,39 @@ def test_a_bad_items_table_writes_nothing(
     with pytest.raises(seqrec.errors.DataError, match=r"38 of 40 items have no row"):
         fit(ds, _cfg("sasrec", table, 'items.features=["genre"]'), tmp_path / "run", progress=False)
     assert not (tmp_path / "run").exists()
+
+
+def test_items_are_added_over_http(planted: tuple[PreparedDataset, Path], tmp_path: Path) -> None:
+    pytest.importorskip("uvicorn")
+    import urllib.error
+    import urllib.request
+
+    from seqrec.serving.service import ServeOptions, create_app
+    from test_serve import _running
+
+    ds, table = planted
+    fit(ds, _cfg("sasrec", table), tmp_path / "run", progress=False)
+    rec = Recommender.from_run(tmp_path / "run")
+
+    def post(url: str, body: object) -> tuple[int, dict[str, object]]:
+        req = urllib.request.Request(
+            url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    new = [{"item": 41, "genre": "g1", "title": "film 41 of kind 1"}]
+    with _running(create_app(rec, ServeOptions(save_items=False))) as url:
+        assert post(url + "/items", {"items": new}) == (200, {"added": [41], "n_items": 41})
+        status, body = post(url + "/items", {"items": new})
+        assert status == 422 and "already in the catalogue (41)" in str(body["detail"])
+        status, body = post(url + "/items", {"items": [{"item": 42}]})
+        assert status == 422 and "no column genre" in str(body["detail"])
+        # every item but the history's: the new one is among them
+        status, body = post(url + "/recommend", {"history": [1, 5, 9], "k": 40})
+        items = [row["item"] for row in body["items"]]  # type: ignore[attr-defined]
+        assert status == 200 and 41 in items and len(items) == 38
+    assert RunDir(tmp_path / "run").vocab()["items"][-1] != 41  # save_items=False: not recorded

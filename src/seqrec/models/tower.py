@@ -115,7 +115,7 @@ class ItemTower(nn.Module):
             return e
         unknown = self.unknown.to(e.dtype)
         if not self.training:
-            return torch.lerp(e, unknown.expand_as(e), self.id_dropout)
+            return (1 - self.id_dropout) * e + self.id_dropout * unknown
         drop = torch.rand(shape, device=e.device) < self.id_dropout
         return torch.where(drop, unknown, e)
 
@@ -129,7 +129,7 @@ class ItemTower(nn.Module):
         if frozen and not torch.jit.is_tracing() and not torch.onnx.is_in_onnx_export():
             key = tuple((id(p), p._version) for p in self.parameters())
             if self._cached is None or self._cached[0] != key:
-                self._cached = (key, w + self.feature_vectors())
+                self._cached = (key, self._ids(w, (w.shape[0], 1)) + self.feature_vectors())
             return self._cached[1]
         return self._ids(w, (w.shape[0], 1)) + self.feature_vectors()
 

@@ -4,6 +4,7 @@ it by features)."""
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -50,8 +51,12 @@ def add_items(rec: Recommender, table: Any, *, save: bool = True) -> list[Any]:
             f"catalogue ({shown}); expected new items only"
         )
     new = encoder.encode(df, ids)
+    # the grown model is built beside the one that answers, then put in its place: a request
+    # scored meanwhile sees the old catalogue or the new one, never half of one
+    model = copy.deepcopy(rec.model)
+    model.add_items(new)
     with rec._lock:
-        rec.model.add_items(new)
+        rec.model = rec.run.model = model
         rec.run.item_ids = [*rec.run.item_ids, *ids]
         rec.run.items = (encoder, features.append(new))
         rec.items = IdCodec(rec.run.item_ids, start=1)

@@ -13,6 +13,10 @@
                         -> {"results": [{"items": [...], "dropped": [...], "scored_by"}, ...]}
     GET  /health           liveness: the process answers ({"status": "ok"})
     GET  /ready            readiness: the model is loaded and has scored ({"status": "ready"})
+    POST /items            {"items": [{"item": 4242, "genres": "Comedy", ...}, ...]}: new items
+                           scored from their features (a run trained with item features),
+                           recorded in the run directory -> {"added": [ids], "n_items"}; with
+                           several --workers, each process adds them when it is restarted
     GET  /model            model, dataset, metrics, version
     GET  /docs             OpenAPI documentation (Swagger UI served by the app: works offline)
 
@@ -49,7 +53,7 @@ from typing import Any
 
 import torch
 
-from seqrec.errors import ConfigError
+from seqrec.errors import ConfigError, SeqrecError
 from seqrec.serving import routes
 from seqrec.serving.recommender import Recommender
 
@@ -91,6 +95,8 @@ class ServeOptions:
     # item ids never recommended, whatever the request (out of stock, withdrawn); ids the model
     # does not know are ignored (said once when the app starts)
     exclude_items: tuple[Any, ...] = ()
+    # POST /items: the added items are recorded in the run directory (False: this process only)
+    save_items: bool = True
 
 
 _OPEN = ("/health", "/ready")  # answered without a token: what probes call
@@ -256,6 +262,19 @@ def create_app(
     @app.get("/model")
     def model() -> dict[str, Any]:
         return {**rec.info(), "version": __version__}
+
+    @app.post("/items")
+    def add_items(body: dict[str, Any] = fastapi.Body(...)) -> dict[str, Any]:  # noqa: B008
+        rows = body.get("items")
+        if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
+            raise fastapi.HTTPException(422, "items: expected a non-empty list of item rows")
+        import polars as pl
+
+        try:
+            added = rec.add_items(pl.DataFrame(rows), save=opts.save_items)
+        except (SeqrecError, pl.exceptions.PolarsError, TypeError, ValueError) as err:
+            raise fastapi.HTTPException(422, str(err).splitlines()[0]) from None
+        return {"added": added, "n_items": rec.n_items}
 
     routes.recommend_routes(app, rec, opts, schemas, fast)
     return app
