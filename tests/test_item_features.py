@@ -4,6 +4,7 @@ dropout, items added without changing the others' scores) and the cold-item prot
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -261,8 +262,11 @@ def test_an_added_item_takes_the_id_of_its_nearest_trained_items() -> None:
         tower.ids.weight.copy_(torch.arange(16.0).view(4, 4))
     df, _ = read_items_table(_table(), features=FEATURES)
     new = enc.encode(df, [20])  # Comedy, like item 1 (Action|Comedy) and item 2 (Comedy)
+    one = copy.deepcopy(tower)
     tower.add_rows(new, at=4, neighbours=2)
     assert torch.equal(tower.ids.weight[4], tower.ids.weight[[1, 2]].mean(0))
+    one.add_rows(new, at=4)  # the default: the nearest item's own id (item 2: Comedy alone)
+    assert torch.equal(one.ids.weight[4], one.ids.weight[2])
     assert tower.codes_0.shape[0] == 5 and tower.dense_values.shape[0] == 5  # type: ignore[union-attr]
 
 

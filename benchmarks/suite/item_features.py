@@ -212,16 +212,17 @@ def cold(args: argparse.Namespace) -> None:
         out = runs / f"features-cold{args.share:g}-{tag}-e{args.epochs}-s{args.seed}"
         metrics, _ = train_or_reuse(train_ds, cfg, out, src)
         dirs.append(out)
-        rec = Recommender.from_run(out, trust=True)
         if items is not None:
-            popularity = rec.popularity.copy()
-            rec.add_items(cold_rows, save=False)
-            popularity = np.concatenate([popularity, np.zeros(len(split.cold), np.float32)])
-            reports["features"] = cold_report(rec, split, popularity)
+            for k in (int(n) for n in args.neighbours.split(",")):
+                rec = Recommender.from_run(out, trust=True)
+                popularity = np.concatenate([rec.popularity, np.zeros(len(split.cold), np.float32)])
+                rec.add_items(cold_rows, save=False, neighbours=k)
+                reports[f"features-k{k}"] = cold_report(rec, split, popularity)
         else:  # it cannot score a cold item: the warm targets only
-            reports["ids"] = _id_only(rec, split)
+            reports["ids"] = _id_only(Recommender.from_run(out, trust=True), split)
         print(f"{variant}: {metrics['test']['full']['ndcg@10']:.4f} (its own test)", flush=True)
-    report, id_only = reports["features"], reports["ids"]
+    first = int(args.neighbours.split(",")[0])
+    report, id_only = reports[f"features-k{first}"], reports["ids"]
     model = report["model"]["cold"]["hr@10"]
     content = report["content"]["cold"]["hr@10"]
     random = report["model"]["cold"]["random_hr@10"]
@@ -243,8 +244,8 @@ def cold(args: argparse.Namespace) -> None:
             id_only,
         ),
         "",
-        f"Cold HR@10 over the whole catalogue: model / content {model / max(content, 1e-12):.2f}×, "
-        f"model / random {model / random:.1f}×.",
+        f"Cold HR@10 over the whole catalogue ({first} neighbour(s)): model / content "
+        f"{model / max(content, 1e-12):.2f}×, model / random {model / random:.1f}×.",
     ]
     payload = {
         "reports": reports,
@@ -368,6 +369,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--epochs", type=int, default=20)
     ap.add_argument("--share", type=float, default=0.1)
     ap.add_argument("--id-dropout", type=float)
+    ap.add_argument("--neighbours", default="1,10", help="cold: the ids of how many neighbours")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--name")
     args = ap.parse_args(argv)

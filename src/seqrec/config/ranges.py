@@ -65,6 +65,7 @@ _RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = {
     "min_item_interactions": (1, None, False, False),
     "id_dropout": (0, 1, False, False),
     "text_dim": (1, 4096, False, False),
+    "cold_neighbours": (1, 1000, False, False),
 }
 
 

@@ -72,3 +72,7 @@ class ItemsConfig:
     # each item's id embedding is left out of a training step with this probability, so that
     # its features learn to stand for it alone (what a cold item has); 1: features only
     id_dropout: float = 0.0
+    # an item added after training takes the id embedding of the trained items nearest to it by
+    # features: the mean of this many (1: its nearest item's own; more: their average, which
+    # places it in the middle of its neighbours rather than like one of them)
+    cold_neighbours: int = 1

@@ -134,8 +134,8 @@ def rank_targets(
         "warm": _metrics(w_above[~cold], w_tied[~cold], ks),
         "cold_among_cold": _metrics(c_above[cold], c_tied[cold], ks),
     }
-    for k in ks:
-        n_cold = len(cold_ids)
+    n_cold = len(cold_ids)
+    for k in ks if n_cold else ():
         report["cold"][f"random_hr@{k}"] = float(
             np.mean(np.minimum(k, candidates[cold]) / candidates[cold])
         )

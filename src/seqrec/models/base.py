@@ -104,10 +104,11 @@ class SequenceModel(nn.Module, ABC):
         """Called once before training with the (n_items,) training counts; no-op by default."""
 
     @torch.no_grad()
-    def add_items(self, features: ItemFeatures) -> None:
+    def add_items(self, features: ItemFeatures, neighbours: int = 1) -> None:
         """Extend the catalogue by `features`' rows 1.. as items n_items+1..: their vectors come
-        from their features (an unknown id, seqrec.models.tower), their bias is the mean item
-        bias; the other items' vectors, and so their scores, are unchanged."""
+        from their features and the ids of their `neighbours` nearest trained items by features
+        (seqrec.models.tower), their bias is the mean item bias; the other items' vectors, and
+        so their scores, are unchanged."""
         from seqrec.models.tower import ItemTower
 
         towers = [getattr(self, name) for name in self.item_tables]
@@ -119,7 +120,7 @@ class SequenceModel(nn.Module, ABC):
             )
         at = self.n_items + 1
         for tower in towers:
-            tower.add_rows(features, at)
+            tower.add_rows(features, at, neighbours)
         for name, first in self.item_biases:
             bias = getattr(self, name)
             end = self.n_items + first

@@ -21,10 +21,13 @@ if TYPE_CHECKING:
 __all__ = ["add_items"]
 
 
-def add_items(rec: Recommender, table: Any, *, save: bool = True) -> list[Any]:
+def add_items(
+    rec: Recommender, table: Any, *, save: bool = True, neighbours: int | None = None
+) -> list[Any]:
     """Items new to the catalogue, from an items table with the run's feature columns (a frame
-    or a file), without retraining: each is given the mean id embedding of the trained items
-    nearest to it by features (seqrec.models.tower), so that it is recommended, scored and
+    or a file), without retraining: each is given the id embedding of the trained item nearest
+    to it by features (the mean of `neighbours` such, default `items.cold_neighbours`;
+    seqrec.models.tower), so that it is recommended, scored and
     returned by `similar_items` like the others; the other items' scores are unchanged.
     `save`: the run directory records them (its vocab, items file and weights, replaced
     together), so that every later load has them. Returns the new items' ids. One line for a
@@ -54,7 +57,7 @@ def add_items(rec: Recommender, table: Any, *, save: bool = True) -> list[Any]:
     # the grown model is built beside the one that answers, then put in its place: a request
     # scored meanwhile sees the old catalogue or the new one, never half of one
     model = copy.deepcopy(rec.model)
-    model.add_items(new)
+    model.add_items(new, neighbours or rec.run.config.items.cold_neighbours)
     with rec._lock:
         rec.model = rec.run.model = model
         rec.run.item_ids = [*rec.run.item_ids, *ids]

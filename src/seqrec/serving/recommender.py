@@ -159,12 +159,14 @@ class Recommender:
 
     # ------------------------------------------------------------------------ catalogue
 
-    def add_items(self, table: Any, *, save: bool = True) -> list[Any]:
+    def add_items(
+        self, table: Any, *, save: bool = True, neighbours: int | None = None
+    ) -> list[Any]:
         """New items from an items table, scored from their features without retraining
         (seqrec.serving.catalogue.add_items); returns their ids."""
         from seqrec.serving.catalogue import add_items
 
-        return add_items(self, table, save=save)
+        return add_items(self, table, save=save, neighbours=neighbours)
 
     def similar_items(self, items: Sequence[Any], k: int = 10) -> list[list[tuple[Any, float]]]:
         """The k items closest to each of `items` by the cosine of the model's output
