@@ -230,3 +230,32 @@ def test_items_are_added_over_http(planted: tuple[PreparedDataset, Path], tmp_pa
         items = [row["item"] for row in body["items"]]  # type: ignore[attr-defined]
         assert status == 200 and 41 in items and len(items) == 38
     assert RunDir(tmp_path / "run").vocab()["items"][-1] != 41  # save_items=False: not recorded
+
+
+def test_adding_items_to_a_run_without_features_is_one_line(
+    planted: tuple[PreparedDataset, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ds, table = planted
+    cfg = load_config(RunConfig, None, ['model="sasrec"', "sasrec.d_model=8", "train.max_epochs=1"])
+    fit(ds, cfg, tmp_path / "run", progress=False)
+    before = (tmp_path / "run" / "vocab.json").read_bytes()
+    assert main(["add-items", str(tmp_path / "run"), "--items", str(table)]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "trained without item features" in err and "\n" not in err
+    assert (tmp_path / "run" / "vocab.json").read_bytes() == before
+    assert (
+        main(
+            [
+                "train",
+                "sasrec",
+                "--data",
+                "x.csv",
+                "--out",
+                str(tmp_path / "r2"),
+                "--item-features",
+                "genre",
+            ]
+        )
+        != 0
+    )
+    assert "items.features: given without items.table" in capsys.readouterr().err
