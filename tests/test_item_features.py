@@ -197,7 +197,7 @@ def test_an_items_vector_is_its_id_plus_its_features() -> None:
     assert torch.count_nonzero(tower.weight) == 0
 
 
-def test_id_dropout_trains_with_the_unknown_id_and_scores_with_the_expectation() -> None:
+def test_id_dropout_trains_with_the_unknown_id_and_scores_with_each_items_own() -> None:
     _, f = _features()
     tower = ItemTower(torch.nn.Embedding(5, 4, padding_idx=0), f, id_dropout=1.0)
     assert tower.unknown is not None
@@ -205,10 +205,16 @@ def test_id_dropout_trains_with_the_unknown_id_and_scores_with_the_expectation()
     ids = torch.tensor([1, 2, 3])
     expected = tower.unknown + tower.feature_vectors(ids)
     assert torch.allclose(tower(ids), expected)  # p = 1: the id is always the unknown one
-    half = ItemTower(torch.nn.Embedding(5, 4, padding_idx=0), f, id_dropout=0.25).eval()
-    assert half.unknown is not None
+    tower.eval()
+    assert torch.allclose(tower(ids), expected)  # and in scoring too: no id was trained
+    half = ItemTower(torch.nn.Embedding(5, 4, padding_idx=0), f, id_dropout=0.25)
+    torch.manual_seed(0)
+    dropped = half(ids.repeat(100))  # training: about a quarter of them the unknown id
+    unknown = torch.isclose(dropped, half.unknown + half.feature_vectors(ids.repeat(100)))
+    assert 50 < int(unknown.all(1).sum()) < 100  # of 300: 75 expected
+    half.eval()
     e = half.ids(ids)
-    assert torch.allclose(half(ids), 0.75 * e + 0.25 * half.unknown + half.feature_vectors(ids))
+    assert torch.allclose(half(ids), e + half.feature_vectors(ids))  # scoring: its own id
     # the table scoring reuses (no gradients: cached) is the same expectation
     with torch.no_grad():
         cached = half.weight

@@ -11,8 +11,8 @@ and its output layer: the score of an item follows from its features as well as 
 An item with no interactions (a cold item) has no id embedding of its own. `id_dropout` trains
 for that case: in each training step each item's id embedding is replaced, with that
 probability, by one learned "unknown id" vector, so that the features learn to stand for the
-item (`id_dropout = 1`: a features-only tower). Scoring uses the expectation,
-(1 - p) id + p unknown, as dropout does. An item added after training (`add_rows`) is given the
+item (`id_dropout = 1`: a features-only tower). Scoring uses each item's own id (measured: the
+expectation (1 - p) id + p unknown, as dropout would score, loses much of the ids' worth). An item added after training (`add_rows`) is given the
 id embedding of the trained item whose features are nearest to its own (or the mean of several
 such): it is scored like that item, with its own features.
 
@@ -108,15 +108,14 @@ class ItemTower(nn.Module):
 
     def _ids(self, e: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
         """Id embeddings `e` under id dropout (`shape`: the mask's, broadcast over D). Training:
-        each replaced by the unknown-id vector with probability p = `id_dropout`. Scoring: their
-        expectation, (1 - p) e + p unknown, as dropout scores with its expectation, so that a
-        trained item's id adds to its features what it added on average in training, and an
-        item with no id of its own (unknown) is on the same footing."""
+        each replaced by the unknown-id vector with probability p = `id_dropout`. Scoring: each
+        item's own id (a regulariser of training, as dropout is), except with p = 1, where no
+        id was ever trained and every item is scored by the unknown-id vector and its features."""
         if self.unknown is None:
             return e
         unknown = self.unknown.to(e.dtype)
         if not self.training:
-            return (1 - self.id_dropout) * e + self.id_dropout * unknown
+            return unknown.expand_as(e) if self.id_dropout >= 1 else e
         drop = torch.rand(shape, device=e.device) < self.id_dropout
         return torch.where(drop, unknown, e)
 
