@@ -11,10 +11,10 @@ and its output layer: the score of an item follows from its features as well as 
 An item with no interactions (a cold item) has no id embedding of its own. `id_dropout` trains
 for that case: in each training step each item's id embedding is replaced, with that
 probability, by one learned "unknown id" vector, so that the features learn to stand for the
-item (`id_dropout = 1`: a features-only tower). Scoring uses each item's own id (measured: the
-expectation (1 - p) id + p unknown, as dropout would score, loses much of the ids' worth). An item added after training (`add_rows`) is given the
-id embedding of the trained item whose features are nearest to its own (or the mean of several
-such): it is scored like that item, with its own features.
+item (`id_dropout = 1`: a features-only tower). Scoring uses each item's own id: the dropout
+regularises training only. An item added after training (`add_rows`) is given the id embedding
+of the trained item whose features are nearest to its own (or the mean of several such): it is
+scored like that item, with its own features.
 
 The features are buffers of the tower, saved with the weights; the run's items file
 (seqrec.training.rundir) keeps them too, with the encoder that made them (what encodes an item
