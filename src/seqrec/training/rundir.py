@@ -389,7 +389,8 @@ class RunDir:
     def _weights_bound(self, name: str) -> int:
         """The most bytes weight file `name` can hold for this run's config: its parameters as
         float32 (seqrec.training.sizes), four times over in a checkpoint (the weights, the best
-        state, the optimiser's two moments), with room for the rest of a checkpoint."""
+        state, the optimiser's two moments), with room for the rest of a checkpoint (and for
+        item features)."""
         from seqrec.training.sizes import memory
 
         if self._parameter_bytes is None:  # config and vocab are written once, at the start
@@ -397,6 +398,10 @@ class RunDir:
             n_items, n_users = len(vocab["items"]), int(vocab.get("n_users", 0))
             self._parameter_bytes = memory(self.config(), n_items, n_users).parameters
         size = self._parameter_bytes
+        # a run with item features also holds them in its weights (the towers' buffers), and
+        # the towers' own layers: up to twice its items file
+        if (self.path / ITEMS).is_file():
+            size += 2 * (self.path / ITEMS).stat().st_size
         return (1 if name == WEIGHTS else 4) * size + size // 20 + (64 << 20)
 
     def _read_json(self, name: str) -> dict[str, Any]:
