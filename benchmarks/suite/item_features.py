@@ -160,7 +160,7 @@ def cold_report(rec: Recommender, split: Any, popularity: np.ndarray) -> dict[st
     }
 
 
-def _cold_table(name: str, report: dict[str, Any], id_only: dict[str, Any] | None) -> list[str]:
+def _cold_table(report: dict[str, Any], id_only: dict[str, Any] | None) -> list[str]:
     lines = [
         "| scorer | cold HR@10 (whole catalogue) | cold NDCG@10 | cold HR@10 (among cold) | "
         "warm HR@10 | warm NDCG@10 |",
@@ -235,9 +235,13 @@ def cold(args: argparse.Namespace) -> None:
         f"{args.id_dropout:g}); the held-out items added to the trained run from their features.",
         "",
         *_cold_table(
-            "ml-1m",
             {
-                "sasrec-ce + features": report["model"],
+                **{
+                    f"sasrec-ce + features, a new item's id from {name[len('features-k') :]} "
+                    "nearest item(s)": r["model"]
+                    for name, r in reports.items()
+                    if name.startswith("features-k")
+                },
                 "content (history features -> nearest items)": report["content"],
                 "popularity within genres": report["category_popularity"],
             },
@@ -332,7 +336,6 @@ def planted(args: argparse.Namespace) -> None:
         f"SASRec (d 32, {args.epochs} epochs, id dropout {args.id_dropout:g}).",
         "",
         *_cold_table(
-            "planted",
             {
                 "sasrec + genre": report["model"],
                 "content": report["content"],
