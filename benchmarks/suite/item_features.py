@@ -96,7 +96,7 @@ def warm(args: argparse.Namespace) -> None:
                     "seed": seed,
                     "ndcg@10": test["ndcg@10"],
                     "hr@10": test["hr@10"],
-                    "valid_ndcg@10": metrics["best_metric"],
+                    "valid_ndcg@10": metrics["valid"]["full"]["ndcg@10"],
                     "seq_per_s": metrics["seq_per_s"],
                     "run": str(out),
                 }
