@@ -191,7 +191,9 @@ def cold(args: argparse.Namespace) -> None:
     ds = prepare(src, data_cfg=base.data, eval_cfg=base.eval, progress=False)
     split = hold_out_items(ds, args.share, args.seed)
     # every warm item and user is kept as it is: no k-core on the log without the cold items
-    data_cfg = dataclasses.replace(base.data, min_user_interactions=1, min_item_interactions=1)
+    data_cfg = dataclasses.replace(
+        base.data, min_user_interactions=1, min_item_interactions=1, time_col=None
+    )
     base = dataclasses.replace(base, data=data_cfg)
     train_ds = prepare(
         split.log,
