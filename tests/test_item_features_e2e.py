@@ -259,3 +259,40 @@ def test_adding_items_to_a_run_without_features_is_one_line(
         != 0
     )
     assert "items.features: given without items.table" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("model", ["sasrec", "bert4rec"])
+def test_init_from_a_run_whose_catalogue_grew(
+    model: str, planted: tuple[PreparedDataset, Path], tmp_path: Path
+) -> None:
+    from seqrec.training.setup import setup
+
+    ds, table = planted
+    fit(ds, _cfg(model, table, "train.max_epochs=1"), tmp_path / "old", progress=False)
+    old = load_run(tmp_path / "old")
+    log, items = _planted(seed=1)  # another log, in another order, with four new items
+    extra = [(1000 + i, item, t) for i, item in enumerate([41, 42, 43, 44]) for t in range(3)]
+    log = pl.concat([log, pl.DataFrame(extra, schema=log.schema, orient="row")])
+    log = log.with_columns(pl.col("item").cast(pl.Int64))
+    grown = tmp_path / "items.csv"
+    items.write_csv(grown)
+    new_ds = prepare(log, out=tmp_path / "prepared", name="grown", progress=False)
+    assert new_ds.n_items == 44 and list(new_ds.item_ids) != list(old.item_ids)
+    init = json.dumps(str(tmp_path / "old"))
+    cfg = _cfg(model, grown, f"train.init_from={init}")
+    training = setup(new_ds, cfg, torch.device("cpu"))
+    ids_old = old.model.item_emb.ids.weight  # type: ignore[union-attr]
+    ids_new = training.model.item_emb.ids.weight  # type: ignore[union-attr]
+    for r, item in enumerate(new_ds.item_ids, start=1):
+        if item <= 40:  # a known item keeps its row, wherever it now is
+            assert torch.equal(ids_new[r], ids_old[old.item_ids.index(item) + 1])
+        else:  # a new one: the row of a known item of its genre (its nearest by features)
+            match = [i for i in range(1, 41) if torch.equal(ids_new[r], ids_old[i])]
+            assert match and all(old.item_ids[i - 1] % N_GENRES == item % N_GENRES for i in match)
+    if model == "bert4rec":  # [MASK] keeps its row, now after 44 items
+        assert torch.equal(ids_new[45], ids_old[41])
+    # and the run trains from there; without item features the same start is refused
+    fit(new_ds, cfg, tmp_path / "new", progress=False)
+    plain = load_config(RunConfig, None, [f'model="{model}"', f"train.init_from={init}"])
+    with pytest.raises(ConfigError, match="trained on other items"):
+        fit(new_ds, plain, tmp_path / "refused", progress=False)

@@ -77,6 +77,10 @@ class IdCodec:
                 ids.append(found)
         return np.asarray(ids, dtype=np.int64), unknown
 
+    def encode_rows(self, externals: Iterable[Any]) -> np.ndarray:
+        """External ids -> their internal ids, 0 for one not in the vocabulary."""
+        return np.asarray([self.lookup(e) or 0 for e in externals], dtype=np.int64)
+
     def decode(self, internal: int) -> Any:
         """The external id of an internal one."""
         return self.ids[int(internal) - self.start]

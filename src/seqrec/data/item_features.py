@@ -355,11 +355,15 @@ def load_items_file(data: bytes, where: str) -> tuple[ItemEncoder, ItemFeatures]
 
 
 def encode_items(
-    cfg: ItemsConfig, item_ids: Sequence[Any], table: Any = None
+    cfg: ItemsConfig,
+    item_ids: Sequence[Any],
+    table: Any = None,
+    encoder: ItemEncoder | None = None,
 ) -> tuple[ItemEncoder, ItemFeatures] | None:
     """The encoder fitted on the items table of `cfg` (or `table`, a frame or path given in its
     place) and the features of `item_ids` (a run's items, in order); None when `cfg` names no
-    features."""
+    features. `encoder`: one fitted before (a run warm-started from another keeps its
+    encoder, so that its features mean what they meant there)."""
     from seqrec.data.items_table import parse_features, read_items_table
 
     if not cfg.features:
@@ -367,12 +371,11 @@ def encode_items(
     source = table if table is not None else cfg.table
     if source is None:
         raise DataError("items.features: given without an items table")
+    wanted = encoder.features if encoder is not None else parse_features(cfg.features)
     df, features = read_items_table(
-        source,
-        item_col=cfg.item_col,
-        features=parse_features(cfg.features),
-        separator=cfg.separator,
+        source, item_col=cfg.item_col, features=wanted, separator=cfg.separator
     )
-    encoder = ItemEncoder.fit(df, features, separator=cfg.separator, text_dim=cfg.text_dim)
+    if encoder is None:
+        encoder = ItemEncoder.fit(df, features, separator=cfg.separator, text_dim=cfg.text_dim)
     where = "items table" if not isinstance(source, str | Path) else f"items table {source}"
     return encoder, encoder.encode(df, item_ids, where)

@@ -23,12 +23,16 @@ added later).
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
+
+import numpy as np
 import torch
 from torch import nn
 
 from seqrec.data.item_features import ItemFeatures
 
-__all__ = ["ItemTower", "attach_item_features"]
+__all__ = ["ItemTower", "attach_item_features", "grown_state"]
 
 
 class ItemTower(nn.Module):
@@ -184,3 +188,68 @@ def attach_item_features(model: nn.Module, features: ItemFeatures, id_dropout: f
         if not isinstance(table, nn.Embedding):
             raise TypeError(f"{type(model).__name__}.{name}: not an embedding table")
         setattr(model, name, ItemTower(table, features, id_dropout))
+
+
+def grown_state(
+    model: nn.Module,
+    state: Mapping[str, torch.Tensor],
+    rows: np.ndarray,
+    neighbours: int = 1,
+) -> dict[str, torch.Tensor]:
+    """A trained model's weights (`state`, over its own items) for `model`, the same model with
+    item towers over another catalogue (`train.init_from` on a log whose catalogue grew):
+    `rows[r - 1]` is item r's row in the trained model, 0 for an item it did not have. The
+    towers' id rows and the item biases are taken item by item (rows past the items, BERT4Rec's
+    [MASK], as they were); an item the trained model did not have takes the id embedding of the
+    one it had nearest to it by features (`neighbours`: the mean of that many) and the mean
+    bias; the features are `model`'s own; every other tensor is the trained model's. A tensor
+    that differs in another way is left as it is, for the caller's shape check to name."""
+    target = model.state_dict()
+    out = dict(state)
+    known = rows > 0
+    n = len(rows)
+    for name in getattr(model, "item_tables", ()):
+        tower = getattr(model, name)
+        if not isinstance(tower, ItemTower):
+            continue
+        for key, value in target.items():  # the features: the new catalogue's
+            if key.startswith(f"{name}.codes_") or key == f"{name}.dense_values":
+                out[key] = value
+        key = f"{name}.ids.weight"
+        old, shape = state[key], target[key]
+        if target[key].is_meta:
+            out[key] = torch.empty_like(shape)
+            continue
+        extra = shape.shape[0] - (n + 1)  # rows past the items ([MASK])
+        new = torch.zeros_like(shape)
+        new[0] = old[0]
+        new[1 : n + 1][torch.from_numpy(known)] = old[torch.from_numpy(rows[known])]
+        if extra:
+            new[n + 1 :] = old[old.shape[0] - extra :]
+        if (~known).any() and known.any():
+            probe = copy.deepcopy(tower)  # the trained feature layers over the new features
+            probe.load_state_dict(
+                {
+                    k[len(name) + 1 :]: v
+                    for k, v in {**out, key: new}.items()
+                    if k.startswith(f"{name}.")
+                }
+            )
+            with torch.no_grad():
+                fv = nn.functional.normalize(probe.feature_vectors(), dim=1)
+            have = torch.from_numpy(np.flatnonzero(known) + 1)
+            for r in np.flatnonzero(~known) + 1:
+                near = (fv[have] @ fv[r]).topk(min(neighbours, len(have))).indices
+                new[r] = new[have[near]].mean(0)
+        out[key] = new
+    for name, first in getattr(model, "item_biases", ()):
+        old, shape = state[name], target[name]
+        if shape.is_meta:
+            out[name] = torch.empty_like(shape)
+            continue
+        n_old = old.shape[0] - first
+        new = torch.full_like(shape, float(old[first : first + n_old].mean()))
+        new[:first] = old[:first]
+        new[first : first + n][torch.from_numpy(known)] = old[first + rows[known] - 1]
+        out[name] = new
+    return out

@@ -84,7 +84,9 @@ def fit(
     if not resume:  # every value in range, the run to start from fitting, before any file
         validate(cfg, ds)
         if items is None and cfg.items.features:  # a bad table: one line
-            items = encode_items(cfg.items, ds.item_ids, items_table)
+            start = RunDir(cfg.train.init_from).item_features() if cfg.train.init_from else None
+            encoder = start[0] if start is not None else None
+            items = encode_items(cfg.items, ds.item_ids, items_table, encoder)
         if cfg.train.init_from:
             with torch.device("meta"):
                 shaped = ckpt.build_model(cfg, ds.n_items, ds.n_users, _features(items))

@@ -21,13 +21,14 @@ from seqrec.config import (
 )
 from seqrec.data.batches import Batch
 from seqrec.data.candidates import item_popularity
-from seqrec.data.ids import check_items
+from seqrec.data.ids import IdCodec, check_items, same_items
 from seqrec.data.item_features import ItemFeatures, encode_items
 from seqrec.data.negatives import NegativeSampler
 from seqrec.data.prepared import PreparedDataset
 from seqrec.errors import ConfigError, DataError
 from seqrec.models.base import BlockScores, Sampler, SequenceModel
 from seqrec.models.registry import entry
+from seqrec.models.tower import grown_state
 from seqrec.provenance import cpu_flags
 from seqrec.training import checkpoint as ckpt
 from seqrec.training.distributed import (
@@ -384,12 +385,18 @@ def _init_state(
 ) -> dict[str, torch.Tensor]:
     """The best weights of the run in `source` (train.init_from), checked to be a run of the
     same model on `ds`'s items, shape for shape with `model` (which may be on the meta device:
-    `fit` checks before it writes anything)."""
+    `fit` checks before it writes anything). A run with item features may start a model of
+    other items (a log whose catalogue grew): each item it knew keeps its rows, a new one
+    starts from its features (seqrec.models.tower.grown_state)."""
     where = f"train.init_from {source}"
     run = ckpt.load_run(source)  # verified: manifest, ranges, its own weights' shapes
     if run.config.model != cfg.model:
         raise ConfigError(f"{where}: a {run.config.model} run; expected a {cfg.model} run")
-    check_items(run.item_ids, ds.item_ids, where)
+    grows = (
+        run.items is not None and cfg.items.features and not same_items(run.item_ids, ds.item_ids)
+    )
+    if not grows:
+        check_items(run.item_ids, ds.item_ids, where)
     # the architecture section's size keys, where the model has them, said as configured
     mine, theirs = cfg.sections[0][1], run.config.sections[0][1]
     diff = [
@@ -398,6 +405,9 @@ def _init_state(
         if hasattr(mine, k) and getattr(theirs, k) != getattr(mine, k)
     ]
     state = run.model.state_dict()
+    if grows and not diff:
+        rows = IdCodec(run.item_ids).encode_rows(ds.item_ids)
+        state = grown_state(model, state, rows, cfg.items.cold_neighbours)
     mismatch = ckpt.shape_mismatch(state, model)
     if diff or mismatch:  # or e.g. a shared vs a separate output embedding
         raise ConfigError(f"{where}: another model shape ({', '.join(diff) or mismatch})")
