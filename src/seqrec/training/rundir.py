@@ -398,8 +398,7 @@ class RunDir:
             n_items, n_users = len(vocab["items"]), int(vocab.get("n_users", 0))
             self._parameter_bytes = memory(self.config(), n_items, n_users).parameters
         size = self._parameter_bytes
-        # a run with item features also holds them in its weights (the towers' buffers), and
-        # the towers' own layers: up to twice its items file
+        # item features: in the weights too (the towers' buffers), with the towers' layers
         if (self.path / ITEMS).is_file():
             size += 2 * (self.path / ITEMS).stat().st_size
         return (1 if name == WEIGHTS else 4) * size + size // 20 + (64 << 20)
