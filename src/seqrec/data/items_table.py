@@ -13,7 +13,6 @@ Kinds:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,9 +159,6 @@ def _ids(col: pl.Series, where: str) -> pl.Series:
     if as_int.null_count() == 0 and (as_int.cast(pl.String) == text).all():
         return as_int
     return text
-
-
-_WORDS = re.compile(r"\s")
 
 
 def _kind(col: pl.Series, separator: str) -> FeatureKind:
