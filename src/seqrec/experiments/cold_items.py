@@ -36,6 +36,7 @@ import torch
 from seqrec.data.ids import IdCodec
 from seqrec.data.item_features import ItemFeatures
 from seqrec.data.prepared import PreparedDataset
+from seqrec.data.preprocess import left_pad
 
 __all__ = [
     "ColdSplit",
@@ -109,18 +110,24 @@ def rank_targets(
         raise ValueError("a target is not in the scorer's catalogue (were the cold items added?)")
     whole: list[tuple[np.ndarray, np.ndarray]] = []  # (above, tied) per batch
     among_cold: list[tuple[np.ndarray, np.ndarray]] = []
-    candidates = np.asarray([n - len(np.unique(h)) for h in hist], dtype=np.float64)
+    lengths = np.fromiter((len(h) for h in hist), dtype=np.int64, count=len(hist))
+    ends = np.cumsum(lengths)
+    flat = np.concatenate(hist) if len(hist) else np.zeros(0, np.int64)
+    # (users, longest history) left-padded with 0, the padding column: what each row leaves out
+    padded = torch.from_numpy(
+        left_pad(flat, ends - lengths, ends, max(1, int(lengths.max(initial=0))))
+    )
+    seen = torch.zeros(len(hist), n + 1, dtype=torch.bool).scatter_(1, padded, True)
+    seen[:, 0] = True
+    candidates = (n + 1 - seen.sum(1)).double().numpy()  # every item but the history's
     cold_row = torch.as_tensor(is_cold)[None, :]
     for lo in range(0, len(target), batch_size):
         hi = min(lo + batch_size, len(target))
         scores = scorer(hist[lo:hi]).float().cpu()
         t = torch.as_tensor(target[lo:hi])
         t_score = scores[torch.arange(hi - lo), t][:, None].clone()
-        out = torch.zeros_like(scores, dtype=torch.bool)  # padding, history, the target itself
-        out[:, 0] = True
+        out = seen[lo:hi].clone()  # padding, the history and the target itself are left out
         out[torch.arange(hi - lo), t] = True
-        for r, h in enumerate(hist[lo:hi]):
-            out[r, torch.as_tensor(h, dtype=torch.long)] = True
         # a NaN score counts above the target; a NaN target is below everything
         above = ((scores > t_score) | scores.isnan() | t_score.isnan()) & ~out
         tied = (scores == t_score) & ~out
@@ -146,18 +153,15 @@ def rank_targets(
 def _metrics(above: np.ndarray, tied: np.ndarray, ks: Sequence[int]) -> dict[str, float]:
     """{"users", "hr@k", "ndcg@k"} from each target's rivals ranked above it and tied with it:
     the expectation over a uniformly random order of the tied ones (a scorer whose scores tie,
-    such as the content baseline on one categorical feature, is neither helped nor harmed)."""
+    such as the content baseline on one categorical feature, is neither helped nor harmed).
+    A target's ranks above..above+tied are equally likely; those below k count."""
     out: dict[str, float] = {"users": float(len(above))}
+    above, tied = above.astype(np.int64), tied.astype(np.int64)
     for k in ks:
-        hr = np.zeros(len(above))
-        ndcg = np.zeros(len(above))
-        for i, (a, t) in enumerate(zip(above, tied, strict=True)):
-            ranks = a + np.arange(int(t) + 1)  # each equally likely
-            hit = ranks < k
-            hr[i] = hit.mean()
-            ndcg[i] = np.where(hit, 1 / np.log2(ranks + 2), 0.0).mean()
-        out[f"hr@{k}"] = float(hr.mean()) if len(above) else 0.0
-        out[f"ndcg@{k}"] = float(ndcg.mean()) if len(above) else 0.0
+        gain = np.concatenate([[0.0], np.cumsum(1 / np.log2(np.arange(k) + 2))])
+        lo, hi = np.minimum(above, k), np.minimum(above + tied + 1, k)
+        out[f"hr@{k}"] = float(((hi - lo) / (tied + 1)).mean()) if len(above) else 0.0
+        out[f"ndcg@{k}"] = float(((gain[hi] - gain[lo]) / (tied + 1)).mean()) if len(above) else 0.0
     return out
 
 
@@ -197,14 +201,14 @@ def category_popularity_scorer(features: ItemFeatures, popularity: np.ndarray) -
     categories'); the same for every history."""
     codes = features.codes[0]
     size = features.sizes[0] + 1
-    counts = np.zeros(size)
-    items = np.zeros(size)
-    for r in range(1, features.n_rows):
-        for c in codes[r][codes[r] > 0]:
-            counts[c] += popularity[r] if r < len(popularity) else 0.0
-            items[c] += 1 if r < len(popularity) and popularity[r] > 0 else 0
-    per_item = np.divide(counts, items, out=np.zeros(size), where=items > 0)
+    pop = np.zeros(features.n_rows)  # an item's training interactions (0: a cold item)
+    m = min(len(popularity), features.n_rows)
+    pop[:m] = popularity[:m]
     valued = codes > 0
+    rows = np.repeat(np.arange(features.n_rows), codes.shape[1])[valued.ravel()]
+    counts = np.bincount(codes[valued], weights=pop[rows], minlength=size)
+    items = np.bincount(codes[valued], weights=(pop[rows] > 0).astype(float), minlength=size)
+    per_item = np.divide(counts, items, out=np.zeros(size), where=items > 0)
     score = np.where(valued, per_item[codes], 0.0).sum(1) / np.maximum(valued.sum(1), 1)
     fixed = torch.from_numpy(score.astype(np.float32))
 

@@ -164,19 +164,33 @@ class ItemTower(nn.Module):
             features.dense[1:], dtype=torch.float32, device=self.dense_values.device
         )
         self.dense_values = torch.cat([self.dense_values[:at], d, self.dense_values[at:]])
-        trained = nn.functional.normalize(
-            self.feature_vectors(torch.arange(1, at, device=w.device)), dim=1
-        )
-        added = self.feature_vectors(torch.arange(at, at + n, device=w.device))
-        rows = []
-        for lo in range(0, n, 1024):  # (1024, trained) similarities at a time
-            sims = nn.functional.normalize(added[lo : lo + 1024], dim=1) @ trained.T
-            near = sims.topk(min(neighbours, at - 1), dim=1).indices + 1  # rows of w
-            rows.append(w[near].mean(1))
-        start = torch.cat(rows) if rows else w.new_zeros(0, w.shape[1])
+        trained = torch.arange(1, at, device=w.device)
+        added = torch.arange(at, at + n, device=w.device)
+        start = _nearest_ids(self.feature_vectors(), w, trained, added, neighbours)
         self.ids.weight = nn.Parameter(torch.cat([w[:at], start.to(w.dtype), w[at:]]))
         self.ids.num_embeddings = self.ids.weight.shape[0]
         self._cached = None
+
+
+def _nearest_ids(
+    vectors: torch.Tensor,
+    ids: torch.Tensor,
+    have: torch.Tensor,
+    new: torch.Tensor,
+    neighbours: int,
+) -> torch.Tensor:
+    """(len(new), D): for each row of `new`, the mean of the `ids` rows of the `neighbours` rows
+    of `have` whose feature `vectors` are nearest to its own (cosine); 1,024 new rows at a time,
+    so that no (new, have) matrix of a large catalogue is held whole."""
+    unit = nn.functional.normalize(vectors, dim=1)
+    known = unit[have]
+    out = [
+        ids[
+            have[(unit[new[lo : lo + 1024]] @ known.T).topk(min(neighbours, len(have))).indices]
+        ].mean(1)
+        for lo in range(0, len(new), 1024)
+    ]
+    return torch.cat(out) if out else ids.new_zeros(0, ids.shape[1])
 
 
 def attach_item_features(model: nn.Module, features: ItemFeatures, id_dropout: float) -> None:
@@ -235,12 +249,11 @@ def grown_state(
                     if k.startswith(f"{name}.")
                 }
             )
-            with torch.no_grad():
-                fv = nn.functional.normalize(probe.feature_vectors(), dim=1)
             have = torch.from_numpy(np.flatnonzero(known) + 1)
-            for r in np.flatnonzero(~known) + 1:
-                near = (fv[have] @ fv[r]).topk(min(neighbours, len(have))).indices
-                new[r] = new[have[near]].mean(0)
+            missing = torch.from_numpy(np.flatnonzero(~known) + 1)
+            with torch.no_grad():
+                vectors = probe.feature_vectors()
+                new[missing] = _nearest_ids(vectors, new, have, missing, neighbours)
         out[key] = new
     for name, first in getattr(model, "item_biases", ()):
         old, shape = state[name], target[name]
