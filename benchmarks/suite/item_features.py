@@ -5,7 +5,8 @@ planted in their features.
     python benchmarks/analyses.py item-features warm [--seeds 0,1,2] [--epochs 20]
         [--id-dropout 0.0] [--data-dir DIR] [--runs-dir DIR] [--name NAME]
     python benchmarks/analyses.py item-features cold [--seed 0] [--share 0.1] [--epochs 20]
-        [--id-dropout 0.5] [--data-dir DIR] [--runs-dir DIR] [--name NAME]
+        [--id-dropout 0.5] [--recipe ml-1m-sasrec-ce] [--data-dir DIR] [--runs-dir DIR]
+        [--name NAME]
     python benchmarks/analyses.py item-features planted [--seed 0] [--name NAME]
 
 ML-1M is the papers' file (bert4rec-paper/ml-1m.txt.gz) joined to ml-1m/movies.dat through
@@ -41,6 +42,7 @@ from seqrec.experiments.cold_items import (
 from seqrec.serving.recommender import Recommender
 
 ML1M_FEATURES = ("genres:categories", "year:number", "title:text")
+DEFAULT_RECIPE = "ml-1m-sasrec-ce"
 
 
 def ml1m_items(root: Path, out: Path) -> Path:
@@ -67,9 +69,15 @@ def ml1m_items(root: Path, out: Path) -> Path:
     return path
 
 
-def recipe(seed: int, epochs: int, items: ItemsConfig | None, sets: list[str]) -> RunConfig:
-    """ml-1m-sasrec-ce for `epochs` epochs (no budget), with `items` when given."""
-    cfg = load_config(RunConfig, "ml-1m-sasrec-ce", [f"train.seed={seed}", *sets])
+def recipe(
+    seed: int,
+    epochs: int,
+    items: ItemsConfig | None,
+    sets: list[str],
+    name: str = "ml-1m-sasrec-ce",
+) -> RunConfig:
+    """The recipe `name` for `epochs` epochs (no budget), with `items` when given."""
+    cfg = load_config(RunConfig, name, [f"train.seed={seed}", *sets])
     train = dataclasses.replace(cfg.train, time_budget=None, decay="epochs", max_epochs=epochs)
     return dataclasses.replace(cfg, train=train, items=items or ItemsConfig())
 
@@ -187,7 +195,9 @@ def cold(args: argparse.Namespace) -> None:
     src = paper_ml1m(args.data_dir)
     runs = runs_dir(args.runs_dir)
     table_path = ml1m_items(data_dir(args.data_dir), runs)
-    base = recipe(args.seed, args.epochs, None, args.set)
+    base = recipe(args.seed, args.epochs, None, args.set, args.recipe)
+    model_name = args.recipe.removeprefix("ml-1m-")
+    prefix = "" if args.recipe == DEFAULT_RECIPE else f"{model_name}-"
     ds = prepare(src, data_cfg=base.data, eval_cfg=base.eval, progress=False)
     split = hold_out_items(ds, args.share, args.seed)
     # every warm item and user is kept as it is: no k-core on the log without the cold items
@@ -211,7 +221,7 @@ def cold(args: argparse.Namespace) -> None:
     for variant, items in (("features", feats), ("ids", None)):
         cfg = dataclasses.replace(base, items=items or ItemsConfig())
         tag = f"d{args.id_dropout:g}" if items else "ids"
-        out = runs / f"features-cold{args.share:g}-{tag}-e{args.epochs}-s{args.seed}"
+        out = runs / f"features-cold{args.share:g}-{prefix}{tag}-e{args.epochs}-s{args.seed}"
         metrics, _ = train_or_reuse(train_ds, cfg, out, src)
         dirs.append(out)
         if items is not None:
@@ -232,14 +242,14 @@ def cold(args: argparse.Namespace) -> None:
         f"# The cold-item protocol on ML-1M: {args.share:.0%} of the items held out of training",
         "",
         f"{len(split.cold):,} of {ds.n_items:,} items held out (seed {args.seed}); "
-        f"{int(report['model']['cold']['users']):,} users' last item is one of them. sasrec-ce "
+        f"{int(report['model']['cold']['users']):,} users' last item is one of them. {model_name} "
         f"for {args.epochs} epochs with item features ({', '.join(ML1M_FEATURES)}, id dropout "
         f"{args.id_dropout:g}); the held-out items added to the trained run from their features.",
         "",
         *_cold_table(
             {
                 **{
-                    f"sasrec-ce + features, a new item's id from {name[len('features-k') :]} "
+                    f"{model_name} + features, a new item's id from {name[len('features-k') :]} "
                     "nearest item(s)": r["model"]
                     for name, r in reports.items()
                     if name.startswith("features-k")
@@ -259,12 +269,13 @@ def cold(args: argparse.Namespace) -> None:
         "seed": args.seed,
         "epochs": args.epochs,
         "id_dropout": args.id_dropout,
+        "recipe": args.recipe,
         "n_cold": len(split.cold),
         "ratio_content": model / max(content, 1e-12),
         "ratio_random": model / random,
     }
     json_path, md_path = write_results(
-        args.name or f"ml1m_cold_d{args.id_dropout:g}",
+        args.name or f"ml1m_cold_{prefix.replace('-', '_')}d{args.id_dropout:g}",
         payload,
         "\n".join(lines) + "\n",
         seeds={"train": args.seed, "cold_items": args.seed},
@@ -374,6 +385,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--epochs", type=int, default=20)
     ap.add_argument("--share", type=float, default=0.1)
     ap.add_argument("--id-dropout", type=float)
+    ap.add_argument("--recipe", default=DEFAULT_RECIPE, help="cold: the model's ML-1M recipe")
     ap.add_argument("--neighbours", default="1,10", help="cold: the ids of how many neighbours")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--name")
