@@ -5,7 +5,7 @@ A directory seqrec made is recognised by its kind's marker file and by holding n
 kind's own files (a user's file dropped into it makes it the user's again):
 
     prepared   manifest.json (with its "key") + sequences.parquet, vocab.json, stats.json,
-               negatives.npz
+               negatives.npz, and items.npz when prepared with an items table
     run        its config (+ the run files of seqrec.training.rundir)
 
 Rules (docs/design/reliability.md lists the test of each):
@@ -65,7 +65,7 @@ RUN_FILES = frozenset(
 
 
 PREPARED_FILES = frozenset(
-    {"manifest.json", "sequences.parquet", "vocab.json", "stats.json", "negatives.npz"}
+    {"manifest.json", "sequences.parquet", "vocab.json", "stats.json", "negatives.npz", "items.npz"}
 )
 _MARKERS: dict[Kind, str] = {"prepared": "manifest.json", "run": RUN_MARKER}
 _FILES: dict[Kind, frozenset[str]] = {"prepared": PREPARED_FILES, "run": RUN_FILES}

@@ -60,10 +60,11 @@ def _add_column_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _prepare(
-    args: argparse.Namespace, cfg: RunConfig, inputs: Sequence[str] = ()
+    args: argparse.Namespace, cfg: RunConfig, inputs: Sequence[str] = (), *, items: bool = False
 ) -> PreparedDataset:
     """The --data of a command, prepared into --out (or the cache); --out may not be or
-    contain any of `inputs` (a run directory the command reads)."""
+    contain any of `inputs` (a run directory the command reads). `items`: with the features of
+    `cfg`'s items table kept beside it (`seqrec prepare --items-table`)."""
     return prepare(
         args.data,
         data_cfg=cfg.data,
@@ -72,7 +73,33 @@ def _prepare(
         force=getattr(args, "force", False),
         progress=not getattr(args, "quiet", False),
         inputs=[Path(p) for p in inputs],
+        items_cfg=cfg.items if items else None,
     )
+
+
+def _add_items_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--items-table",
+        metavar="FILE",
+        help="an items table (CSV/TSV/Parquet with a header, or movies.dat) for --item-features",
+    )
+    p.add_argument(
+        "--item-features",
+        metavar="COLS",
+        help="its feature columns, name or name:kind (category, categories, number, vector, "
+        "text), e.g. genres:categories,year,title:text",
+    )
+
+
+def _items_sets(args: argparse.Namespace) -> list[str]:
+    """--items-table and --item-features as the --set lines of [items]."""
+    extra = []
+    if args.items_table:
+        extra.append(f"items.table={json.dumps(args.items_table)}")
+    if args.item_features:
+        names = [n.strip() for n in args.item_features.split(",") if n.strip()]
+        extra.append(f"items.features={json.dumps(names)}")
+    return extra
 
 
 def _add_data_flags(

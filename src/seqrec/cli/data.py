@@ -8,7 +8,9 @@ from typing import Any
 
 from seqrec.cli.common import (
     _add_data_flags,
+    _add_items_flags,
     _add_kcore_flags,
+    _items_sets,
     _prepare,
     _run_config,
 )
@@ -23,10 +25,13 @@ def cmd_download(args: argparse.Namespace) -> int:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
-    ds = _prepare(args, _run_config(args))
+    args.set = [*(args.set or []), *_items_sets(args)]
+    ds = _prepare(args, _run_config(args), items=True)
+    found = ds.item_features()
+    features = f", item features {found[0].describe()}" if found is not None else ""
     print(
         f"prepared {ds.name}: {ds.stats['users']:,} users, {ds.stats['items']:,} items, "
-        f"{ds.stats['actions']:,} actions -> {ds.path}"
+        f"{ds.stats['actions']:,} actions{features} -> {ds.path}"
     )
     return 0
 
@@ -54,6 +59,7 @@ def add_parsers(sub: Any) -> None:
     p = sub.add_parser("prepare", help="read, filter, split a dataset; sample its candidates")
     _add_data_flags(p)
     _add_kcore_flags(p)
+    _add_items_flags(p)
     p.set_defaults(func=cmd_prepare)
 
     p = sub.add_parser("stats", help="print the dataset's row of BERT4Rec Table 1")

@@ -10,9 +10,11 @@ from typing import Any
 
 from seqrec.cli.common import (
     _add_data_flags,
+    _add_items_flags,
     _add_run_out_flags,
     _add_trust_flag,
     _is_ml1m,
+    _items_sets,
     _run_config,
     _say_short_budget,
     _source_data,
@@ -43,11 +45,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             args.set = [ANY_LOG_ADAPT, *(args.set or [])]
         if args.time_budget:
             extra.append(f"train.time_budget={json.dumps(args.time_budget)}")
-        if args.items_table:
-            extra.append(f"items.table={json.dumps(args.items_table)}")
-        if args.item_features:
-            names = [n.strip() for n in args.item_features.split(",") if n.strip()]
-            extra.append(f"items.features={json.dumps(names)}")
+        extra += _items_sets(args)
         if args.model == "sasrec" and not args.config:
             # the start for a new log: the sasrec-ce recipe (full cross-entropy), far above the
             # paper's BCE with one negative on every dataset measured (docs/results/sasrec.md)
@@ -170,17 +168,7 @@ def add_parsers(sub: Any) -> None:
     _add_data_flags(p, out_help="the run directory (created; must be new unless --resume)")
     p.add_argument("--time-budget", metavar="DURATION", help="wall clock for training: 20m, 1h")
     p.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
-    p.add_argument(
-        "--items-table",
-        metavar="FILE",
-        help="an items table (CSV/TSV/Parquet with a header, or movies.dat) for --item-features",
-    )
-    p.add_argument(
-        "--item-features",
-        metavar="COLS",
-        help="its feature columns, name or name:kind (category, categories, number, vector, "
-        "text), e.g. genres:categories,year,title:text",
-    )
+    _add_items_flags(p)
     _add_run_out_flags(p)
     p.set_defaults(func=cmd_train)
 

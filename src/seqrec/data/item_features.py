@@ -10,7 +10,8 @@ encoded exactly as the catalogue was:
     text                    hashed word and character-trigram counts (no vocabulary to
                             download), TF-IDF weighted, projected on the top `text_dim` singular
                             vectors of the catalogue's matrix (latent semantic analysis), each
-                            row then of unit length
+                            row then of unit length; or a named sentence-embedding model's
+                            vectors (`items.text_encoder`, seqrec.data.text_models)
 
 `ItemFeatures.codes` holds one (rows, slots) matrix of codes per categorical feature (a
 multi-valued one uses several slots, 0-padded); `dense` one (rows, width) matrix of every number,
@@ -25,23 +26,19 @@ import re
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import polars as pl
 
 from seqrec.data.items_table import Feature
+from seqrec.data.text_models import SentenceEncoder, check_text_encoder
 from seqrec.errors import DataError
-
-if TYPE_CHECKING:
-    from seqrec.data.settings import ItemsConfig
 
 __all__ = [
     "ItemEncoder",
     "ItemFeatures",
     "TextEncoder",
-    "encode_items",
     "items_file_bytes",
     "load_items_file",
 ]
@@ -168,7 +165,7 @@ class ItemEncoder:
     categories: dict[str, list[str]] = field(default_factory=dict)
     numbers: dict[str, tuple[float, float]] = field(default_factory=dict)
     vectors: dict[str, int] = field(default_factory=dict)
-    text: dict[str, TextEncoder] = field(default_factory=dict)
+    text: dict[str, TextEncoder | SentenceEncoder] = field(default_factory=dict)
 
     @classmethod
     def fit(
@@ -178,7 +175,11 @@ class ItemEncoder:
         *,
         separator: str = "|",
         text_dim: int = 32,
+        text_encoder: str = "hashed",
     ) -> ItemEncoder:
+        """Fitted on `table`'s `features`; a text feature's vectors from `text_encoder`: "hashed"
+        (built in, fitted here) or "sentence-transformers:MODEL" (seqrec.data.text_models)."""
+        model = check_text_encoder(text_encoder)
         enc = cls(tuple(features), separator)
         for f in features:
             col = table.get_column(f.name)
@@ -192,6 +193,8 @@ class ItemEncoder:
                 enc.numbers[f.name] = (mean, std if std > 0 else 1.0)
             elif f.kind == "vector":
                 enc.vectors[f.name] = int(len(col[0]))
+            elif model is not None:
+                enc.text[f.name] = SentenceEncoder.fit(model)
             else:
                 enc.text[f.name] = TextEncoder.fit(_texts(col), text_dim)
         return enc
@@ -233,7 +236,9 @@ class ItemEncoder:
             elif f.name in self.vectors:
                 extra = f" ({self.vectors[f.name]} numbers)"
             elif f.name in self.text:
-                extra = f" ({self.text[f.name].dim} dims)"
+                t = self.text[f.name]
+                model = f", {t.model}" if isinstance(t, SentenceEncoder) else ""
+                extra = f" ({t.dim} dims{model})"
             parts.append(f"{f.name}: {f.kind}{extra}")
         return ", ".join(parts)
 
@@ -284,7 +289,12 @@ class ItemEncoder:
             "categories": self.categories,
             "numbers": {k: list(v) for k, v in self.numbers.items()},
             "vectors": self.vectors,
-            "text": sorted(self.text),
+            "text": sorted(n for n, t in self.text.items() if isinstance(t, TextEncoder)),
+            "text_models": {
+                n: [t.model, t.width]
+                for n, t in self.text.items()
+                if isinstance(t, SentenceEncoder)
+            },
         }
 
 
@@ -321,6 +331,8 @@ def items_file_bytes(encoder: ItemEncoder, features: ItemFeatures) -> bytes:
     for i, codes in enumerate(features.codes):
         arrays[f"codes_{i}"] = codes
     for name, t in encoder.text.items():
+        if not isinstance(t, TextEncoder):
+            continue  # a named model: kept by name (in meta)
         arrays[f"text_{name}_buckets"] = t.buckets
         arrays[f"text_{name}_idf"] = t.idf
         arrays[f"text_{name}_components"] = t.components
@@ -335,47 +347,23 @@ def load_items_file(data: bytes, where: str) -> tuple[ItemEncoder, ItemFeatures]
         with np.load(io.BytesIO(data), allow_pickle=False) as z:
             meta = json.loads(bytes(z["meta"]).decode())
             features = tuple(Feature(n, k) for n, k in meta["features"])
+            text: dict[str, TextEncoder | SentenceEncoder] = {
+                n: TextEncoder(
+                    z[f"text_{n}_buckets"], z[f"text_{n}_idf"], z[f"text_{n}_components"]
+                )
+                for n in meta["text"]
+            }
+            for n, (model, width) in meta.get("text_models", {}).items():
+                text[n] = SentenceEncoder(str(model), int(width))
             enc = ItemEncoder(
                 features,
                 meta["separator"],
                 {k: list(v) for k, v in meta["categories"].items()},
                 {k: (float(v[0]), float(v[1])) for k, v in meta["numbers"].items()},
                 {k: int(v) for k, v in meta["vectors"].items()},
-                {
-                    n: TextEncoder(
-                        z[f"text_{n}_buckets"], z[f"text_{n}_idf"], z[f"text_{n}_components"]
-                    )
-                    for n in meta["text"]
-                },
+                text,
             )
             codes = tuple(z[f"codes_{i}"] for i in range(len(enc.sizes)))
             return enc, ItemFeatures(codes, enc.sizes, z["dense"])
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise DataError(f"{where}: damaged ({type(err).__name__})") from None
-
-
-def encode_items(
-    cfg: ItemsConfig,
-    item_ids: Sequence[Any],
-    table: Any = None,
-    encoder: ItemEncoder | None = None,
-) -> tuple[ItemEncoder, ItemFeatures] | None:
-    """The encoder fitted on the items table of `cfg` (or `table`, a frame or path given in its
-    place) and the features of `item_ids` (a run's items, in order); None when `cfg` names no
-    features. `encoder`: one fitted before (a run warm-started from another keeps its
-    encoder, so that its features mean what they meant there)."""
-    from seqrec.data.items_table import parse_features, read_items_table
-
-    if not cfg.features:
-        return None
-    source = table if table is not None else cfg.table
-    if source is None:
-        raise DataError("items.features: given without an items table")
-    wanted = encoder.features if encoder is not None else parse_features(cfg.features)
-    df, features = read_items_table(
-        source, item_col=cfg.item_col, features=wanted, separator=cfg.separator
-    )
-    if encoder is None:
-        encoder = ItemEncoder.fit(df, features, separator=cfg.separator, text_dim=cfg.text_dim)
-    where = "items table" if not isinstance(source, str | Path) else f"items table {source}"
-    return encoder, encoder.encode(df, item_ids, where)

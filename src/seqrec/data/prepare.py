@@ -6,11 +6,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
-import shutil
 import sys
-import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +27,8 @@ from seqrec.data.prepared import (
     load_prepared,
     read_sequences,
 )
+from seqrec.data.prepared_files import write_atomically
+from seqrec.data.prepared_items import PreparedItems
 from seqrec.data.preprocess import (
     PUBLISHED_FORMATS,
     Preprocessed,
@@ -40,7 +39,7 @@ from seqrec.data.preprocess import (
     note_unfiltered,
     preprocess,
 )
-from seqrec.data.settings import DataConfig, EvalConfig
+from seqrec.data.settings import DataConfig, EvalConfig, ItemsConfig
 from seqrec.data.split import (
     LeaveOneOut,
     leave_one_out,
@@ -53,7 +52,6 @@ from seqrec.files import (
     bound,
     check_name,
     read_checked,
-    write_failed,
 )
 from seqrec.outputs import check_out_dir, dir_kind
 from seqrec.progress import Progress
@@ -122,6 +120,9 @@ def prepare(
     item_col: str | None = None,
     time_col: str | None = SAME_COLUMN,
     name: str | None = None,
+    items: Any = None,
+    item_features: Sequence[str] | str | Mapping[str, str] | None = None,
+    items_cfg: ItemsConfig | None = None,
 ) -> PreparedDataset:
     """Read, preprocess, split and sample candidates for a dataset name, a file, or a log in
     memory (a polars DataFrame or LazyFrame, a pandas DataFrame, an Arrow table: any id types,
@@ -134,24 +135,55 @@ def prepare(
     or a prepared dataset; one prepared from another source or settings is replaced only with
     `force`. It may not be or contain the source file or any of `inputs` (paths the caller
     reads, such as a run directory). Refusals are one ConfigError line, before anything is
-    read."""
+    read.
+
+    `items` (a frame or a file) and `item_features` ("genres:categories", "title:text", ...):
+    an items table whose features are encoded for the dataset's items and kept with it
+    (seqrec.data.prepared_items; `PreparedDataset.item_features()`), read with `items_cfg`'s
+    item column, separator and text settings (or its table and features, when given there). A
+    run trained on the dataset reads them. The table is checked before anything is written."""
     if name is not None:  # it names a folder of the cache
         check_name(name, "dataset name")
     data_cfg = _with_columns(data_cfg or DataConfig(), user_col, item_col, time_col)
     eval_cfg = eval_cfg or EvalConfig()
     out = None if out is None else Path(out)
+    table = PreparedItems.read(items, item_features, items_cfg)
     if is_frame(data):
-        return _prepare_in_memory(data, data_cfg, eval_cfg, out, force, progress, inputs, name)
+        return _prepare_in_memory(
+            data, data_cfg, eval_cfg, out, force, progress, inputs, name, table
+        )
     if Path(data).is_dir() and dir_kind(Path(data)) == "prepared":
+        if table is not None:
+            raise ConfigError(
+                f"{data}: a prepared dataset is taken as it is; its items table is given when "
+                "it is prepared from its log"
+            )
         return load_prepared(data)  # a prepared dataset given as the data: as it is
     if Path(data).is_dir():  # sequences prepared by another engine (read_sequences)
-        return _prepare_sequences(Path(data), data_cfg, eval_cfg, out, force, progress, inputs)
-    source, fmt = resolve_source(str(data), data_cfg.format, progress=progress)
+        return _prepare_sequences(
+            Path(data), data_cfg, eval_cfg, out, force, progress, inputs, table
+        )
+    return _prepare_file(str(data), data_cfg, eval_cfg, out, force, progress, inputs, name, table)
+
+
+def _prepare_file(
+    data: str,
+    data_cfg: DataConfig,
+    eval_cfg: EvalConfig,
+    out: Path | None,
+    force: bool,
+    progress: bool,
+    inputs: Sequence[Path | str],
+    name: str | None,
+    table: PreparedItems | None,
+) -> PreparedDataset:
+    """`prepare` of a file, or of a dataset name (the cache, or a download)."""
+    source, fmt = resolve_source(data, data_cfg.format, progress=progress)
     fmt = fmt or detect_format(source)
-    kcore = kcore_thresholds(data_cfg, fmt, papers=str(data) in download.DATASETS)
+    kcore = kcore_thresholds(data_cfg, fmt, papers=data in download.DATASETS)
     key = {"source": _fingerprint(source), **_settings(data_cfg, eval_cfg)}
-    key |= kcore_key(data_cfg, kcore)
-    name = name or (str(data) if str(data) in download.DATASETS else _dataset_name(source))
+    key |= kcore_key(data_cfg, kcore) | _items_key(table)
+    name = name or (data if data in download.DATASETS else _dataset_name(source))
     cached = out is None  # the cache's own folder, named by the key: seqrec's to replace
     out = out or _default_dir(name, key)
     if (reused := _reuse(out, key, cached, force, [source, *inputs])) is not None:
@@ -172,7 +204,7 @@ def prepare(
     unset = data_cfg.min_user_interactions is None and data_cfg.min_item_interactions is None
     if fmt in PUBLISHED_FORMATS and unset:
         note_unfiltered(source, df)
-    ds = prepare_frame(
+    return prepare_frame(
         df,
         out,
         name=name,
@@ -182,8 +214,12 @@ def prepare(
         kcore=kcore,
         replace=True,  # checked above
         progress=progress,
+        items=table,
     )
-    return ds
+
+
+def _items_key(table: PreparedItems | None) -> dict[str, Any]:
+    return {} if table is None else {"items": table.key()}
 
 
 def _with_columns(
@@ -225,6 +261,7 @@ def _prepare_in_memory(
     progress: bool,
     inputs: Sequence[Path | str],
     name: str | None,
+    table: PreparedItems | None = None,
 ) -> PreparedDataset:
     """`prepare` of a frame: its columns read into the interactions table, which is keyed by
     its content (so an unchanged frame reuses its prepared directory)."""
@@ -234,7 +271,7 @@ def _prepare_in_memory(
     name = name or "frame"
     kcore = kcore_thresholds(data_cfg, None)  # a user's log: whole unless configured
     key = {"source": {"frame": frame_fingerprint(df)}, **_settings(data_cfg, eval_cfg)}
-    key |= kcore_key(data_cfg, kcore)
+    key |= kcore_key(data_cfg, kcore) | _items_key(table)
     cached = out is None
     out = out or _default_dir(name, key)
     if (reused := _reuse(out, key, cached, force, inputs)) is not None:
@@ -249,6 +286,7 @@ def _prepare_in_memory(
         kcore=kcore,
         replace=True,  # checked above
         progress=progress,
+        items=table,
     )
 
 
@@ -260,6 +298,7 @@ def _prepare_sequences(
     force: bool,
     progress: bool,
     inputs: Sequence[Path | str],
+    items: PreparedItems | None = None,
 ) -> PreparedDataset:
     """`prepare` of sequences another engine prepared (`read_sequences`): checked, then split,
     their candidates sampled and written as any prepared dataset (no k-core: they are taken as
@@ -272,7 +311,7 @@ def _prepare_sequences(
     key = {
         "source": {"sequences": _fingerprint(table), "vocab": _fingerprint(path / "vocab.json")},
         **_settings(data_cfg, eval_cfg),
-    }
+    } | _items_key(items)
     name = path.name
     cached = out is None
     out = out or _default_dir(name, key)
@@ -281,7 +320,7 @@ def _prepare_sequences(
     stages = Progress(0, f"prepare {name}", enabled=progress)
     stages.note(f"prepare {name}: checking the prepared sequences of {path}")
     pre = read_sequences(path)
-    return _finish(pre, out, name, key, data_cfg, eval_cfg, stages)
+    return _finish(pre, out, name, key, data_cfg, eval_cfg, stages, items=items)
 
 
 def _manifest_key(path: Path) -> Any:
@@ -303,18 +342,20 @@ def prepare_frame(
     kcore: tuple[int, int] | None = None,
     replace: bool = False,
     progress: bool = False,
+    items: PreparedItems | None = None,
 ) -> PreparedDataset:
     """Prepare an in-memory interactions table (e.g. synthetic data) into `out`; `kcore`
     (users, items) defaults to the configured thresholds, 1 (no filter) where unset. A k-core
     that removes anything says so in one line on stderr, and the dataset's stats record it
     ("kcore"). `out` must be new, empty or (with `replace`) a prepared dataset
-    (seqrec.outputs)."""
+    (seqrec.outputs). `items`: an items table whose features the dataset keeps."""
     out = Path(out)
     if check_out_dir(out, "prepared") and not replace:
         raise ConfigError(f"{out}: holds a prepared dataset; replace=True replaces it")
     data_cfg = data_cfg or DataConfig()
     eval_cfg = eval_cfg or EvalConfig()
     key = key or {"source": {"in_memory": name}, **_settings(data_cfg, eval_cfg)}
+    key |= _items_key(items)
     min_user, min_item = kcore or kcore_thresholds(data_cfg, None)
     stages = Progress(0, f"prepare {name}", enabled=progress)
     stages.note(
@@ -333,7 +374,7 @@ def prepare_frame(
             file=sys.stderr,
         )
     kcore_stats = {"min_user": min_user, "min_item": min_item, "removed": pre.removed}
-    return _finish(pre, out, name, key, data_cfg, eval_cfg, stages, kcore_stats)
+    return _finish(pre, out, name, key, data_cfg, eval_cfg, stages, kcore_stats, items)
 
 
 def _finish(
@@ -345,10 +386,13 @@ def _finish(
     eval_cfg: EvalConfig,
     stages: Progress,
     kcore: dict[str, Any] | None = None,
+    items: PreparedItems | None = None,
 ) -> PreparedDataset:
     """The split, the sampled candidates and the directory of preprocessed sequences; the
     stats record the k-core (`kcore`) and how many test targets are items the training part
-    never holds (a model cannot have learned them: reported, not dropped)."""
+    never holds (a model cannot have learned them: reported, not dropped). `items`' features
+    are encoded first: an item without a row stops it before anything is written."""
+    items_bytes = None if items is None else items.file_bytes(pre.item_ids.to_list())
     stats: dict[str, Any] = dataset_stats(pre.sequences)
     if kcore is not None:
         stats["kcore"] = kcore
@@ -385,7 +429,7 @@ def _finish(
     stages.note(f"prepare {name}: sampling the candidates of {pre.sequences.n_users:,} users")
     negatives = _sample_all(pre.sequences, split, eval_cfg)
     manifest = {"name": name, "key": key, "stats": stats}
-    _write_atomically(out, pre, manifest, negatives, before)
+    write_atomically(out, pre, manifest, negatives, before, items_bytes)
     stages.note(f"prepare {name}: written to {out}")
     del pre, split, negatives  # before they are read back (a million users: gigabytes)
     return load_prepared(out)
@@ -409,61 +453,6 @@ def _sample_all(seqs: Sequences, split: LeaveOneOut, eval_cfg: EvalConfig) -> di
         for split_name in ("valid", "test")
         for protocol in SAMPLED_PROTOCOLS
     }
-
-
-def _write_atomically(
-    out: Path,
-    pre: Preprocessed,
-    manifest: dict[str, Any],
-    negatives: dict[str, np.ndarray],
-    before: np.ndarray | None = None,
-) -> None:
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
-    except OSError as err:
-        raise write_failed(err, out) from None
-    try:
-        _write_files(tmp, out, pre, manifest, negatives, before)
-    except (OSError, pl.exceptions.PolarsError) as err:  # a full disk, a lost mount: one line
-        raise write_failed(err, out) from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _write_files(
-    tmp: Path,
-    out: Path,
-    pre: Preprocessed,
-    manifest: dict[str, Any],
-    negatives: dict[str, np.ndarray],
-    before: np.ndarray | None,
-) -> None:
-    """The prepared files into `tmp`, then `tmp` moved to `out`."""
-    seqs = pre.sequences
-    columns: dict[str, np.ndarray] = {
-        "user": seqs.user_index().astype(np.int32),
-        "item": seqs.items.astype(np.int32),
-    }
-    if before is not None:  # the time split: whether each item comes after the cut
-        columns["after_cut"] = seqs.position_index() >= np.repeat(before, seqs.lengths)
-    pl.DataFrame(columns).write_parquet(tmp / "sequences.parquet")
-    vocab = {"users": pre.user_ids.to_list(), "items": pre.item_ids.to_list()}
-    (tmp / "vocab.json").write_text(json.dumps(vocab))
-    (tmp / "stats.json").write_text(json.dumps(manifest["stats"], indent=2) + "\n")
-    with (tmp / "negatives.npz").open("wb") as f:
-        arrays: dict[str, Any] = {k: v.astype(np.int32, copy=False) for k, v in negatives.items()}
-        np.savez(f, **arrays)
-    (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    if out.exists() and any(out.iterdir()):
-        # only a prepared dataset is ever replaced (checked again: nothing was added to it)
-        check_out_dir(out, "prepared")
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, out)  # a new name, or an empty directory's
 
 
 def prepared(

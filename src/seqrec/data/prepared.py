@@ -20,7 +20,7 @@ import zipfile
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 import polars as pl
@@ -50,6 +50,9 @@ from seqrec.files import (
     read_checked,
     size_checked,
 )
+
+if TYPE_CHECKING:
+    from seqrec.data.item_features import ItemEncoder, ItemFeatures
 
 __all__ = [
     "FORMAT_VERSION",
@@ -85,6 +88,13 @@ class PreparedDataset:
     @property
     def name(self) -> str:
         return str(self.manifest.get("name", self.path.name))
+
+    def item_features(self) -> tuple[ItemEncoder, ItemFeatures] | None:
+        """The encoder and features of its items, when it was prepared with an items table
+        (`prepare(..., items=...)`); None otherwise."""
+        from seqrec.data.prepared_items import read_prepared_items
+
+        return read_prepared_items(self.path)
 
     @property
     def n_items(self) -> int:

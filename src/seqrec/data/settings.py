@@ -69,6 +69,10 @@ class ItemsConfig:
     features: tuple[str, ...] = ()
     separator: str = "|"  # between the values of a multi-valued category in one string
     text_dim: int = 32  # a text feature's vector: its top singular directions
+    # how a text feature becomes a vector: "hashed" (built in: hashed n-grams, TF-IDF, the top
+    # `text_dim` singular directions) or "sentence-transformers:MODEL" (a sentence-embedding
+    # model by name or folder; needs `pip install 'seqrec[text]'`; `text_dim` unused)
+    text_encoder: str = "hashed"
     # each item's id embedding is left out of a training step with this probability, so that
     # its features learn to stand for it alone (what a cold item has); 1: features only
     id_dropout: float = 0.0

@@ -22,8 +22,9 @@ from tqdm import tqdm
 
 from seqrec.config import RunConfig
 from seqrec.data.candidates import item_popularity
-from seqrec.data.item_features import ItemEncoder, ItemFeatures, encode_items, items_file_bytes
+from seqrec.data.item_features import ItemEncoder, ItemFeatures, items_file_bytes
 from seqrec.data.prepared import PreparedDataset
+from seqrec.data.prepared_items import encode_items
 from seqrec.errors import ConfigError
 from seqrec.evaluation.protocols import PROTOCOLS, evaluate_split, parse_protocols
 from seqrec.models.base import SequenceModel
@@ -43,7 +44,7 @@ from seqrec.training.policy import resolve
 from seqrec.training.run_checks import judge
 from seqrec.training.rundir import RunDir
 from seqrec.training.setup import Training, _init_state, resolve_device, setup, torch_settings
-from seqrec.training.validation import validate
+from seqrec.training.validation import validate, with_prepared_items
 
 __all__ = ["FitResult", "check_run_out", "fit", "train_or_reuse"]
 
@@ -76,12 +77,15 @@ def fit(
     process left (RunDir.lock). A finished run keeps its last checkpoint only, both with
     `keep_checkpoints`. `items_table`: the items table (a frame or a path) in place of
     `cfg.items.table`, for a run with item features; `items`: its encoder and the features of
-    `ds`'s items, already made (a refit takes its run's).
+    `ds`'s items, already made (a refit takes its run's). Without either, and without features
+    in `cfg`, the features `ds` was prepared with are read (`prepare(..., items=...)`).
 
     Under torchrun (seqrec.training.distributed) every rank calls `fit`; rank 0 alone checks, locks
     and writes the run directory, and its error, if any, is every rank's."""
     run_dir = Path(out)
     if not resume:  # every value in range, the run to start from fitting, before any file
+        if items is None and items_table is None:
+            cfg = with_prepared_items(cfg, ds)  # features kept with the prepared data
         validate(cfg, ds)
         if items is None and cfg.items.features:  # a bad table: one line
             start = RunDir(cfg.train.init_from).item_features() if cfg.train.init_from else None

@@ -22,9 +22,10 @@ from seqrec.config import (
 from seqrec.data.batches import Batch
 from seqrec.data.candidates import item_popularity
 from seqrec.data.ids import IdCodec, check_items, same_items
-from seqrec.data.item_features import ItemFeatures, encode_items
+from seqrec.data.item_features import ItemFeatures
 from seqrec.data.negatives import NegativeSampler
 from seqrec.data.prepared import PreparedDataset
+from seqrec.data.prepared_items import encode_items
 from seqrec.errors import ConfigError, DataError
 from seqrec.models.base import BlockScores, Sampler, SequenceModel
 from seqrec.models.registry import entry

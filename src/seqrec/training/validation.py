@@ -88,12 +88,33 @@ def with_items_table(
     return validate(dataclasses.replace(cfg, items=items), where=where)
 
 
+def with_prepared_items(cfg: RunConfig, ds: PreparedDataset) -> RunConfig:
+    """`cfg` reading the item features `ds` was prepared with (`prepare(..., items=...)`),
+    when it names none of its own and its model reads them (`items.table` then names the
+    prepared folder); `cfg` itself otherwise (a model that reads none trains on ids)."""
+    from seqrec.data.prepared_items import ITEMS_FILE, read_prepared_items
+
+    if cfg.items.features or not (ds.path / ITEMS_FILE).exists() or not reads_item_features(cfg):
+        return cfg
+    found = read_prepared_items(ds.path)
+    assert found is not None
+    names = tuple(str(f) for f in found[0].features)
+    return dataclasses.replace(
+        cfg, items=dataclasses.replace(cfg.items, table=str(ds.path.resolve()), features=names)
+    )
+
+
 def _check_items(cfg: RunConfig) -> None:
     """An items table's settings: features name their table, and the model reads them."""
     from seqrec.data.items_table import parse_features
+    from seqrec.data.text_models import check_text_encoder
     from seqrec.errors import DataError
 
     items = cfg.items
+    try:
+        check_text_encoder(items.text_encoder)
+    except DataError as err:
+        raise ConfigError(str(err)) from None
     if items.features and not items.table:
         raise ConfigError("items.features: given without items.table (the items table to read)")
     if not items.features:
