@@ -197,6 +197,22 @@ def test_an_items_vector_is_its_id_plus_its_features() -> None:
     assert torch.count_nonzero(tower.weight) == 0
 
 
+def test_a_batch_larger_than_the_catalogue_gathers_the_same_vectors_and_gradients() -> None:
+    _, f = _features()
+    torch.manual_seed(0)
+    tower = ItemTower(torch.nn.Embedding(5, 8, padding_idx=0), f)
+    ids = torch.tensor([[1, 4, 4, 0], [2, 3, 1, 1]])  # 8 positions, 5 rows: the whole table
+    big = tower(ids)
+    big.square().sum().backward()
+    grads = [p.grad.clone() for p in tower.parameters()]  # type: ignore[union-attr]
+    tower.zero_grad()
+    rows = torch.cat([tower(ids[i]) for i in range(2)])  # 4 positions each: their own rows
+    rows.square().sum().backward()
+    torch.testing.assert_close(big.reshape(8, 8), rows)
+    for g, p in zip(grads, tower.parameters(), strict=True):
+        torch.testing.assert_close(g, p.grad)
+
+
 def test_id_dropout_trains_with_the_unknown_id_and_scores_with_each_items_own() -> None:
     _, f = _features()
     tower = ItemTower(torch.nn.Embedding(5, 4, padding_idx=0), f, id_dropout=1.0)

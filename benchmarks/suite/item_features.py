@@ -8,6 +8,8 @@ planted in their features.
         [--id-dropout 0.5] [--recipe ml-1m-sasrec-ce] [--data-dir DIR] [--runs-dir DIR]
         [--name NAME]
     python benchmarks/analyses.py item-features planted [--seed 0] [--name NAME]
+    python benchmarks/analyses.py item-features speed [--recipes ml-1m-sasrec-ce,...]
+        [--repeats 3] [--name NAME]
 
 ML-1M is the papers' file (bert4rec-paper/ml-1m.txt.gz) joined to ml-1m/movies.dat through
 ml-1m.item-map.txt: genres (categories), year (a number, from the title) and the title's text.
@@ -43,6 +45,7 @@ from seqrec.serving.recommender import Recommender
 
 ML1M_FEATURES = ("genres:categories", "year:number", "title:text")
 DEFAULT_RECIPE = "ml-1m-sasrec-ce"
+SPEED_RECIPES = "ml-1m-sasrec-ce,ml-1m-bert4rec,ml-1m-lrurec,ml-1m-gru4rec-plus"
 
 
 def ml1m_items(root: Path, out: Path) -> Path:
@@ -375,9 +378,75 @@ def planted(args: argparse.Namespace) -> None:
     print("\n".join(lines), f"-> {md_path}", sep="\n")
 
 
+def speed(args: argparse.Namespace) -> None:
+    """Training sequences/s of each recipe with and without the ML-1M item features: the real
+    step (batches from the real sampler, loss, backward, optimizer), one whole epoch per timed
+    window, the two variants' windows alternating (ids, features, ids, ...) so that a change in
+    the machine's speed falls on both; the median window of each is kept."""
+    import time
+
+    from seqrec.training.setup import setup
+
+    src = paper_ml1m(args.data_dir)
+    table = ml1m_items(data_dir(args.data_dir), runs_dir(args.runs_dir))
+    feats = ItemsConfig(str(table), features=ML1M_FEATURES, id_dropout=args.id_dropout)
+    rows: list[dict[str, Any]] = []
+    for name in args.recipes.split(","):
+        trainings = {}
+        for variant, items in (("ids", None), ("features", feats)):
+            cfg = load_config(RunConfig, name, [f"train.seed={args.seed}", *args.set])
+            cfg = dataclasses.replace(cfg, items=items or ItemsConfig())
+            ds = prepare(src, data_cfg=cfg.data, eval_cfg=cfg.eval, progress=False)
+            trainings[variant] = setup(ds, cfg)
+            warm = trainings[variant].sampler.epoch(0)
+            for _ in range(3):
+                trainings[variant].step(next(warm))
+        rates: dict[str, list[float]] = {"ids": [], "features": []}
+        for epoch in range(1, args.repeats + 1):
+            for variant, training in trainings.items():
+                n_seq, t0 = 0, time.perf_counter()
+                for batch in training.sampler.epoch(epoch):
+                    loss = training.step(batch)
+                    n_seq += batch.size
+                float(loss)
+                rates[variant].append(n_seq / (time.perf_counter() - t0))
+        ids, features = statistics.median(rates["ids"]), statistics.median(rates["features"])
+        rows.append(
+            {
+                "recipe": name,
+                "ids_seq_per_s": ids,
+                "features_seq_per_s": features,
+                "ids_runs": rates["ids"],
+                "features_runs": rates["features"],
+                "cost": 1 - features / ids,
+            }
+        )
+        print(f"{name}: ids {ids:.0f} seq/s, features {features:.0f} ({1 - features / ids:.1%})")
+    lines = [
+        "# Training throughput with and without item features on ML-1M",
+        "",
+        f"Features: {', '.join(ML1M_FEATURES)} (id dropout {args.id_dropout:g}). Sequences/s of",
+        "the training step, one epoch per window, the variants' windows alternating; the median",
+        f"of {args.repeats} windows each.",
+        "",
+        "| recipe | ids seq/s | features seq/s | cost |",
+        "|---|---|---|---|",
+        *(
+            f"| {r['recipe']} | {r['ids_seq_per_s']:.0f} | {r['features_seq_per_s']:.0f} | "
+            f"{r['cost']:.1%} |"
+            for r in rows
+        ),
+    ]
+    payload = {"rows": rows, "repeats": args.repeats, "features": list(ML1M_FEATURES)}
+    _, md_path = write_results(
+        args.name or "ml1m_speed", payload, "\n".join(lines) + "\n", seeds={"train": args.seed}
+    )
+    print("\n".join(lines), f"-> {md_path}", sep="\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("part", choices=["warm", "cold", "planted"])
+    ap.add_argument("part", choices=["warm", "cold", "planted", "speed"])
     ap.add_argument("--data-dir")
     ap.add_argument("--runs-dir")
     ap.add_argument("--seeds", default="0,1,2")
@@ -386,10 +455,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--share", type=float, default=0.1)
     ap.add_argument("--id-dropout", type=float)
     ap.add_argument("--recipe", default=DEFAULT_RECIPE, help="cold: the model's ML-1M recipe")
+    ap.add_argument("--recipes", default=SPEED_RECIPES, help="speed: the recipes timed")
+    ap.add_argument("--repeats", type=int, default=3, help="speed: timed epochs per variant")
     ap.add_argument("--neighbours", default="1,10", help="cold: the ids of how many neighbours")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--name")
     args = ap.parse_args(argv)
     if args.id_dropout is None:
-        args.id_dropout = 0.0 if args.part == "warm" else 0.5
-    {"warm": warm, "cold": cold, "planted": planted}[args.part](args)
+        args.id_dropout = 0.0 if args.part in ("warm", "speed") else 0.5
+    {"warm": warm, "cold": cold, "planted": planted, "speed": speed}[args.part](args)

@@ -138,8 +138,15 @@ class ItemTower(nn.Module):
         return self._ids(w, (w.shape[0], 1)) + self.feature_vectors()
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """(...) item ids -> (..., D) their vectors."""
-        return self._ids(self.ids(ids), (*ids.shape, 1)) + self.feature_vectors(ids)
+        """(...) item ids -> (..., D) their vectors. A batch of more positions than the
+        catalogue has rows takes its features' part from the whole table's (computed once, then
+        gathered: a training batch of 128 x 200 positions over ML-1M's 3,417 rows does 7x less
+        work), a smaller one computes its own rows."""
+        if ids.numel() > self.num_embeddings:
+            features = self.feature_vectors()[ids]
+        else:
+            features = self.feature_vectors(ids)
+        return self._ids(self.ids(ids), (*ids.shape, 1)) + features
 
     @torch.no_grad()
     def add_rows(self, features: ItemFeatures, at: int, neighbours: int = 1) -> None:
