@@ -40,6 +40,7 @@ from seqrec.data.prepared import SAME_COLUMN, PreparedDataset
 from seqrec.errors import ConfigError, SeqrecError
 from seqrec.models.registry import entry
 from seqrec.outputs import check_out_dir, check_out_file
+from seqrec.serving.catalogue import index_if_large
 from seqrec.serving.recommender import MODEL, POPULARITY, Recommender
 from seqrec.training.policy import ANY_LOG_ADAPT, refit_config
 from seqrec.training.rundir import RunDir
@@ -229,6 +230,7 @@ class Model:
             items=items,
         )
         self.run_dir_ = result.run_dir
+        index_if_large(result.run_dir, progress=progress)
         self._rec = Recommender.from_run(result.run_dir, device=result.model.device)
         self._rec.dataset = ds
 

@@ -53,6 +53,7 @@ BOUNDS: dict[str, int] = {
     "log": 256 << 20,
     "items": 1 << 30,
     "item_features": 4 << 30,
+    "index": 64 << 30,  # 10^7 items: about 5 GB
     "prepared": 16 << 30,
 }
 _CHUNK = 1 << 20

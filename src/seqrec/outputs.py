@@ -47,6 +47,7 @@ METRICS, LOG, LOG_CSV, CODE_DIFF, DIGESTS, LOCK = (
     ".lock",
 )
 ITEMS = "items.npz"  # the item features' encoder and the run's items' features
+INDEX = "index.bin"  # an HNSW index of the output item vectors (seqrec.serving.index)
 EVENTS = "tensorboard"  # a folder: TensorBoard's event files (train.tensorboard)
 PENDING = ".pending"  # in the manifest: the digests of files being put in place (_commit)
 RUN_MARKER = CONFIG  # the file that makes a directory a run's
@@ -59,7 +60,7 @@ RUN_OUTPUTS = frozenset(
 # from a user's folder)
 RUN_FILES = frozenset(
     {CONFIG, VOCAB, CHECKPOINT, PREVIOUS, WEIGHTS, METRICS, LOG, LOG_CSV, CODE_DIFF, DIGESTS, LOCK}
-    | {EVENTS, ITEMS}
+    | {EVENTS, ITEMS, INDEX}
     | RUN_OUTPUTS
 )
 

@@ -39,6 +39,7 @@ from seqrec.errors import ConfigError, SeqrecError
 from seqrec.evaluation.protocols import SCORES_BYTES, score_plan
 from seqrec.progress import Progress
 from seqrec.serving.files import item_metadata
+from seqrec.serving.index import ItemIndex, approximate_top, csr, masked_top, run_index
 from seqrec.training.checkpoint import Run, load_run
 from seqrec.training.rundir import RunDir
 
@@ -108,6 +109,7 @@ class Recommender:
         self._lock = threading.Lock()
         self.dropped = 0  # unknown item ids dropped so far (unknown="drop")
         self.excluded: np.ndarray = np.zeros(0, dtype=np.int64)  # internal ids never recommended
+        self.index: ItemIndex | None = None  # approximate top-k (seqrec.serving.index)
 
     # -------------------------------------------------------------------------- loading
 
@@ -121,11 +123,13 @@ class Recommender:
         metadata: str | Path | None = None,
         bf16: bool = False,
         trust: bool = False,
+        exact: bool = False,
     ) -> Recommender:
         """The single load path (`checkpoint.load_run`) plus what recommending needs: the
         training popularity (stored in the run, else recomputed from its prepared data), the
-        prepared data when it still exists (for `recommend_user`), and item titles when the
-        dataset provides them (ML-1M `movies.dat`) or `metadata` names such a file."""
+        prepared data when it still exists (for `recommend_user`), item titles when the
+        dataset provides them (ML-1M `movies.dat`) or `metadata` names such a file, and the
+        run's item index (`seqrec index`; not with `exact`: every item scored)."""
         run = load_run(run_dir, device=device, trust=trust)
         prepared = run.source.get("prepared")
         dataset = load_prepared(prepared) if prepared and Path(prepared).exists() else None
@@ -147,7 +151,7 @@ class Recommender:
             data = dataset.manifest.get("key", {}).get("source", {}).get("path", data)
         raw = data if isinstance(data, str) and Path(data).is_file() else None
         meta = item_metadata(metadata, raw)
-        return cls(
+        rec = cls(
             run,
             popularity,
             dataset=dataset,
@@ -156,6 +160,9 @@ class Recommender:
             device=device,
             bf16=bf16,
         )
+        if not exact and rec.model.blockwise:
+            rec.index = run_index(run_dir, *rec.model.output_weights(), trust=trust)
+        return rec
 
     # ------------------------------------------------------------------------ catalogue
 
@@ -311,7 +318,7 @@ class Recommender:
                 bar.close()
                 raise TimeoutError(f"stopped after {lo} of {len(histories)} histories")
             rows = order[lo : lo + step]
-            items, starts, ends = _csr([histories[r] for r in rows])
+            items, starts, ends = csr([histories[r] for r in rows])
             user_rows = None if users is None else np.asarray(users, dtype=np.int64)[rows]
             # every item of the whole history, not only the last max_len
             seen = (
@@ -321,11 +328,15 @@ class Recommender:
                 if exclude_seen
                 else None
             )
-            if width is None:
+            top = None
+            if self.index is not None and candidates is None:
+                top = self._index_top(items, starts, ends, user_rows, k, seen, allowed)
+            if top is None and width is None:
                 scores = self._scores(items, starts, ends, user_rows)  # (B, n + 1)
-                top = _masked_top(scores, 0, k, seen, allowed)
-            else:
+                top = masked_top(scores, 0, k, seen, allowed)
+            elif top is None and width is not None:
                 top = self._block_top(items, starts, ends, user_rows, k, width, seen, allowed)
+            assert top is not None
             values, indices = top[0].cpu().numpy(), top[1].cpu().numpy()
             for r, v_row, i_row in zip(rows, values, indices, strict=True):
                 keep = np.isfinite(v_row)  # fewer than k items may remain
@@ -379,7 +390,7 @@ class Recommender:
                 block[empty] = pop[lo : lo + block.shape[1]]
                 if lo == 0:
                     block[empty, 0] = -torch.inf
-            top = _masked_top(block, lo, k, seen, allowed)
+            top = masked_top(block, lo, k, seen, allowed)
             if best is not None:
                 values = torch.cat([best[0], top[0]], 1)
                 values, at = values.topk(min(k, values.shape[1]), dim=1)
@@ -387,6 +398,31 @@ class Recommender:
             best = top
         assert best is not None
         return best
+
+    @torch.no_grad()
+    def _index_top(
+        self,
+        items: np.ndarray,
+        starts: np.ndarray,
+        ends: np.ndarray,
+        users: np.ndarray | None,
+        k: int,
+        seen: torch.Tensor | None,
+        allowed: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The index's top k, its candidates scored exactly (`index.approximate_top`); None
+        (the batch scored exactly) when a history is empty or a row ran out of candidates."""
+        assert self.index is not None
+        if bool((ends == starts).any()):
+            return None
+        inputs = self._inputs(items, starts, ends)
+        user_t = None if users is None else torch.from_numpy(users).to(self.device)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            features = self.model.output_features(self.model.user_vector(inputs, user_t))
+        weight, bias = self.model.output_weights()
+        off = 0 if allowed is None else int((~allowed).sum())
+        top = approximate_top(self.index, features.float(), weight, bias, k, seen, allowed, off)
+        return None if bool((~torch.isfinite(top[0])).any()) else top
 
     def _inputs(self, items: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> torch.Tensor:
         """(B, L) the most recent max_len items of each history, left-padded."""
@@ -398,7 +434,7 @@ class Recommender:
     def scores(self, histories: Sequence[np.ndarray]) -> torch.Tensor:
         """(B, n_items + 1) scores for internal-id histories; column 0 is -inf. Empty histories
         get the training popularity counts."""
-        return self._scores(*_csr(histories))
+        return self._scores(*csr(histories))
 
     def _scores(
         self,
@@ -445,37 +481,6 @@ class Recommender:
             "git_commit": m.get("git_commit"),
             "unknown_items": self.unknown,
         }
-
-
-def _masked_top(
-    scores: torch.Tensor,
-    first: int,
-    k: int,
-    seen: torch.Tensor | None,
-    allowed: torch.Tensor | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(values, item ids) of the top min(k, c) of `scores`, (B, c) columns first..first + c - 1
-    of the catalogue's, after setting (in place) the `seen` ids (B, H) and the items not
-    `allowed` (a mask over the whole catalogue) to -inf."""
-    c = scores.shape[1]
-    if seen is not None:  # in place
-        local = seen - first
-        inside = (local >= 0) & (local < c)
-        row = torch.arange(scores.shape[0], device=scores.device)[:, None].expand_as(local)
-        scores[row[inside], local[inside]] = -torch.inf
-    if allowed is not None:
-        scores[:, ~allowed[first : first + c]] = -torch.inf
-    values, at = torch.topk(scores, min(k, c), dim=1)
-    return values, at + first
-
-
-def _csr(histories: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Concatenated items and each history's (start, end) in them."""
-    lengths = np.fromiter((len(h) for h in histories), dtype=np.int64, count=len(histories))
-    ends = np.cumsum(lengths)
-    parts = [np.asarray(h, dtype=np.int64) for h in histories]
-    items = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-    return items, ends - lengths, ends
 
 
 def _train_popularity(ds: PreparedDataset) -> np.ndarray:

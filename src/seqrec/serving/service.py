@@ -97,6 +97,8 @@ class ServeOptions:
     exclude_items: tuple[Any, ...] = ()
     # POST /items: the added items are recorded in the run directory (False: this process only)
     save_items: bool = True
+    # every item scored, even where the run has an item index (seqrec.serving.index)
+    exact: bool = False
 
 
 _OPEN = ("/health", "/ready")  # answered without a token: what probes call
@@ -343,15 +345,16 @@ def app_from_env() -> Any:
     run = os.environ.get(RUN_ENV)
     if not run:
         raise ConfigError(f"{RUN_ENV} is not set")
+    raw = json.loads(os.environ.get(OPTIONS_ENV, "{}"))
+    raw["cors_origins"] = tuple(raw.get("cors_origins", ()))
+    options = ServeOptions(**raw)
     rec = Recommender.from_run(
         run,
         unknown=os.environ.get(UNKNOWN_ENV, "drop"),  # type: ignore[arg-type]
         trust=bool(os.environ.get(TRUST_ENV)),
         device=os.environ.get(DEVICE_ENV) or "cpu",
+        exact=options.exact,
     )
-    raw = json.loads(os.environ.get(OPTIONS_ENV, "{}"))
-    raw["cors_origins"] = tuple(raw.get("cors_origins", ()))
-    options = ServeOptions(**raw)
     _set_connection_limits(options)
     _set_threads(options)
     return create_app(rec, options)
@@ -453,6 +456,7 @@ def serve(
         unknown=unknown,  # type: ignore[arg-type]
         trust=trust,
         device=device,
+        exact=options.exact,
     )
     _set_threads(options)
     config = server_config(

@@ -6,6 +6,8 @@ files: no other module opens one by name. (seqrec.training.checkpoint builds a m
     items.npz       only for a run with item features: the encoder fitted on the items table
                     and the features of the run's items, row i for internal item i
                     (seqrec.data.item_features)
+    index.bin       only with an item index: an HNSW graph of the output vectors
+                    (seqrec.serving.index)
     vocab.json      {"items": [external ids], "popularity": [training counts], "n_users"}:
                     internal item i is items[i - 1]; popularity[i] its training interactions
     checkpoint.pt   the last finished epoch: weights, optimiser, schedule, best state, history
@@ -55,6 +57,7 @@ from seqrec.outputs import (
     CONFIG,
     DIGESTS,
     EVENTS,
+    INDEX,
     ITEMS,
     LOCK,
     LOG,
@@ -71,6 +74,7 @@ from seqrec.outputs import (
 from seqrec.provenance import atomic_write, write_json
 from seqrec.training.events import EventLog
 from seqrec.training.lock import hold
+from seqrec.training.manifest import covered, read_digests, verify
 
 if TYPE_CHECKING:
     from seqrec.config import RunConfig
@@ -307,14 +311,25 @@ class RunDir:
     def item_features(self) -> tuple[ItemEncoder, ItemFeatures] | None:
         """items.npz (verified): the item encoder and the features of the run's items; None for
         a run without item features."""
-        if not (self.path / ITEMS).exists() and not (self.path / ITEMS).is_symlink():
-            return None
         from seqrec.data.item_features import load_items_file
 
+        if (data := self.read_file(ITEMS)) is None:
+            return None
         try:
-            return load_items_file(self._read_verified(ITEMS), str(self.path / ITEMS))
+            return load_items_file(data, str(self.path / ITEMS))
         except DataError as err:
             raise RunError(str(err)) from None
+
+    def read_file(self, name: str) -> bytes | None:
+        """items.npz or index.bin, verified; None when the run has none."""
+        exists = (self.path / name).exists() or (self.path / name).is_symlink()
+        return self._read_verified(name) if exists else None
+
+    def save_index(self, data: bytes | None) -> None:
+        """index.bin (seqrec.serving.index) written and recorded, or removed (None)."""
+        if data is not None:
+            return self._replace({INDEX: data})
+        (self.path / INDEX).unlink(missing_ok=True)
 
     def check_items(self, item_ids: Sequence[Any], where: str | None = None) -> None:
         """The run was trained on these items (in this order), or one ConfigError line."""
@@ -382,7 +397,7 @@ class RunDir:
         hint = "the bound the run's config implies for it"
         digests = self._digests(trust=self.trust)  # before the file: a writer records first
         with checked_open(path, limit, root=self.path, error=RunError, hint=hint) as f:
-            if _covered(digests, name, self.trust):
+            if covered(digests, name, self.trust):
                 self._verify(name, hash_file(f), digests)
             return load_tensors(path, f)
 
@@ -410,84 +425,35 @@ class RunDir:
         """A JSON file's bytes, looked at before they are read (seqrec.files: no symlink out of
         the run, a regular file within its kind's bound), and only if their sha256 is the one
         the manifest records for the name."""
-        kind = {CONFIG: "config", VOCAB: "vocab", METRICS: "metrics", ITEMS: "item_features"}[name]
+        kind = {CONFIG: "config", VOCAB: "vocab", METRICS: "metrics", ITEMS: "item_features"}
+        kind[INDEX] = "index"
         digests = self._digests(trust=self.trust)  # before the file: a writer records first
-        data = read_checked(self.path / name, bound(kind), root=self.path, error=RunError)
-        if _covered(digests, name, self.trust):
+        data = read_checked(self.path / name, bound(kind[name]), root=self.path, error=RunError)
+        if covered(digests, name, self.trust):
             self._verify(name, hashlib.sha256(data).hexdigest(), digests)
         return data
 
     def _verify(self, name: str, digest: str, digests: dict[str, Any] | None) -> None:
-        """`digest` must be the sha256 the manifest (`digests`, read before the file) records,
-        or holds pending, for `name`."""
-        path = self.path / name
-        digests = digests or {}
-        pending: dict[str, str] = digests.get(PENDING) or {}
-        if name not in digests and name not in pending:
-            raise RunError(
-                f"{path}: not recorded in {DIGESTS} (the run was stopped while writing it, and "
-                "--resume writes it again; or it was put there by hand)"
-            )
-        if digest not in (digests.get(name), pending.get(name)):
-            raise RunError(
-                f"{path}: its sha256 is not one this run recorded for it ({DIGESTS}): "
-                "damaged, truncated, edited or replaced"
-            )
+        verify(self.path, name, digest, digests)
 
     def _digests(self, *, trust: bool) -> dict[str, Any] | None:
-        """The manifest {file name: sha256} (and its pending changes); None when there is none
-        and `trust` is set (a RunError otherwise)."""
-        path = self.path / DIGESTS
-        if not path.exists() and not path.is_symlink():
-            if trust:
-                return None
-            raise RunError(
-                f"{path}: missing, so the run's files cannot be checked; a run made by hand "
-                "loads with --trust"
-            )
-        text = read_checked(path, bound("manifest"), root=self.path, error=RunError)
-        try:
-            data = json.loads(text)
-        except ValueError:
-            raise RunError(
-                f"{path}: damaged (not JSON); the run's files cannot be checked"
-            ) from None
-        if not isinstance(data, dict) or not _digest_map(data.get(PENDING, {})):
-            raise RunError(f"{path}: damaged (expected {{file name: sha256}})")
-        if not _digest_map({k: v for k, v in data.items() if k != PENDING}):
-            raise RunError(f"{path}: damaged (expected {{file name: sha256}})")
-        return data
+        return read_digests(self.path, trust=trust)
 
     # ---------------------------------------------------------------------------------- lock
 
     def lock(self, *, break_lock: bool = False) -> contextlib.AbstractContextManager[None]:
         """Hold the directory for one training: a second one is refused in one line
         (seqrec.training.lock.hold); half-written files a killed writer left are removed."""
-        names = (CONFIG, VOCAB, ITEMS, CHECKPOINT, WEIGHTS, METRICS, LOG, LOG_CSV, CODE_DIFF)
+        names = (CONFIG, VOCAB, ITEMS, INDEX, CHECKPOINT, WEIGHTS, METRICS, LOG, LOG_CSV, CODE_DIFF)
         return hold(self.path, self.path / LOCK, break_lock, (*names, DIGESTS))
-
-
-def _covered(digests: dict[str, Any] | None, name: str, trust: bool) -> bool:
-    """Whether the manifest covers `name`: always, but for a trusted run without a manifest or
-    whose (older) manifest names only the weight files."""
-    if digests is None:
-        return False
-    pending: dict[str, str] = digests.get(PENDING) or {}
-    return not (trust and name not in digests and name not in pending)
-
-
-def _digest_map(data: Any) -> bool:
-    return isinstance(data, dict) and all(
-        isinstance(k, str) and isinstance(v, str) and len(v) == 64 for k, v in data.items()
-    )
 
 
 def load_tensors(path: Path, data: bytes | IO[bytes] | None = None) -> Any:
     """A file written by RunDir (or its bytes or open file, `data`, already looked at and
-    verified), read with
-    PyTorch's restricted unpickler (`weights_only=True`): tensors, numbers, strings and plain
-    containers only. A file that holds anything else (a pickled object whose loading would run
-    code) or is damaged is refused with a one-line error naming it; nothing in it runs."""
+    verified), read with PyTorch's restricted unpickler (`weights_only=True`): tensors, numbers,
+    strings and plain containers only. A file that holds anything else (a pickled object whose
+    loading would run code) or is damaged is refused with a one-line error naming it; nothing
+    in it runs."""
     try:
         source: Any = io.BytesIO(data) if isinstance(data, bytes) else data or path
         return torch.load(source, map_location="cpu", weights_only=True)

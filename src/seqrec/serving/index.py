@@ -1,0 +1,282 @@
+"""Approximate top-k over a large catalogue: an HNSW graph over the model's output item vectors
+(the optional `seqrec[ann]`: faiss-cpu, or usearch), asked for more candidates than k, which are
+then scored exactly by the model and cut after the seen and excluded items are removed.
+
+A model whose score is a dot product with its output layer (`SequenceModel.blockwise`: score =
+f(history) . w_i + b_i) is searched by inner product over [w_i, b_i] with the query [f, 1], so
+the item bias is part of the search. The index is a run file (`index.bin`, its digest in the
+manifest like every run file) that records the digest of the weights it was built from: an
+index of other weights (a retrained or grown model) is not used, and `seqrec index RUN`
+rebuilds it. What the search misses is measured when it is built: recall@k of the index's
+answers against exact scoring on a sample of histories.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from seqrec.errors import ConfigError, RunError
+
+__all__ = [
+    "INDEX_MIN_ITEMS",
+    "LIBRARIES",
+    "ItemIndex",
+    "approximate_top",
+    "candidates_wanted",
+    "csr",
+    "masked_top",
+    "run_index",
+    "weights_digest",
+]
+
+LIBRARIES = ("faiss", "usearch")
+# a finished training builds an index at and above this many items (below it exact scoring is
+# as fast: docs/results/performance.md, "Approximate top-k")
+INDEX_MIN_ITEMS = 200_000
+_MAGIC = b"SEQREC-INDEX-1\n"
+
+
+def weights_digest(weight: torch.Tensor, bias: torch.Tensor | None) -> str:
+    """The sha256 of the output vectors an index is built from (what makes it stale)."""
+    h = hashlib.sha256()
+    h.update(weight.detach().float().cpu().contiguous().numpy().tobytes())
+    if bias is not None:
+        h.update(bias.detach().float().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def _vectors(weight: torch.Tensor, bias: torch.Tensor | None) -> np.ndarray:
+    """(n, D + 1) float32 rows [w_i, b_i] (b = 0 without a bias)."""
+    w = weight.detach().float().cpu()
+    b = bias.detach().float().cpu() if bias is not None else torch.zeros(w.shape[0])
+    return np.ascontiguousarray(torch.cat([w, b[:, None]], dim=1).numpy())
+
+
+def _library(name: str) -> Any:
+    if name not in LIBRARIES:
+        raise ConfigError(f"index library {name!r}; expected one of {', '.join(LIBRARIES)}")
+    try:
+        if name == "faiss":
+            import faiss
+
+            return faiss
+        import usearch.index
+
+        return usearch.index
+    except ImportError:
+        package = "faiss-cpu" if name == "faiss" else "usearch"
+        raise ConfigError(
+            f"an item index with {name} needs the {package} package (pip install 'seqrec[ann]')"
+        ) from None
+
+
+@dataclass
+class ItemIndex:
+    """An HNSW index of a run's output item vectors; labels are internal item ids (1..n)."""
+
+    library: str
+    n_items: int
+    dim: int
+    digest: str  # weights_digest of the vectors it holds
+    m: int = 32
+    ef_construction: int = 200
+    ef_search: int = 128
+    recall: dict[str, float] = field(default_factory=dict)  # measured at build
+    handle: Any = field(default=None, repr=False)
+
+    @classmethod
+    def build(
+        cls,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        *,
+        library: str = "faiss",
+        m: int = 32,
+        ef_construction: int = 200,
+        ef_search: int = 128,
+    ) -> ItemIndex:
+        """The index of `weight` (n, D) and `bias` (n,), rows for items 1..n."""
+        lib = _library(library)
+        x = _vectors(weight, bias)
+        n, dim = x.shape
+        index = cls(library, n, dim, weights_digest(weight, bias), m, ef_construction, ef_search)
+        labels = np.arange(1, n + 1, dtype=np.int64)
+        if library == "faiss":
+            inner = lib.IndexHNSWFlat(dim, m, lib.METRIC_INNER_PRODUCT)
+            inner.hnsw.efConstruction = ef_construction
+            index.handle = lib.IndexIDMap(inner)
+            index.handle.add_with_ids(x, labels)
+        else:
+            index.handle = lib.Index(
+                ndim=dim, metric="ip", dtype="f32", connectivity=m, expansion_add=ef_construction
+            )
+            index.handle.add(labels, x)
+        return index
+
+    def search(self, queries: torch.Tensor, k: int) -> np.ndarray:
+        """(B, k') internal item ids of the `k` best candidates of each query (B, D) by inner
+        product, k' = min(k, n); -1 where the index found fewer."""
+        k = min(k, self.n_items)
+        q = torch.cat([queries.detach().float().cpu(), torch.ones(queries.shape[0], 1)], dim=1)
+        q_np = np.ascontiguousarray(q.numpy())
+        if self.library == "faiss":
+            params = _library("faiss").SearchParametersHNSW(efSearch=max(self.ef_search, k))
+            _, ids = self.handle.search(q_np, k, params=params)
+            return np.asarray(ids, dtype=np.int64)
+        self.handle.expansion_search = max(self.ef_search, k)
+        found = self.handle.search(q_np, k)
+        ids = np.asarray(found.keys, dtype=np.int64).reshape(len(q_np), -1)
+        counts = np.asarray(found.counts).reshape(-1)
+        ids[np.arange(ids.shape[1])[None, :] >= counts[:, None]] = -1
+        if ids.shape[1] < k:
+            ids = np.pad(ids, ((0, 0), (0, k - ids.shape[1])), constant_values=-1)
+        return ids
+
+    # ------------------------------------------------------------------------------- files
+
+    def to_bytes(self) -> bytes:
+        """The run file: a header line of JSON (what it is, what it was built from), then the
+        library's own serialisation."""
+        meta = {
+            "library": self.library,
+            "n_items": self.n_items,
+            "dim": self.dim,
+            "digest": self.digest,
+            "m": self.m,
+            "ef_construction": self.ef_construction,
+            "ef_search": self.ef_search,
+            "recall": self.recall,
+        }
+        if self.library == "faiss":
+            payload = _library("faiss").serialize_index(self.handle).tobytes()
+        else:
+            payload = bytes(self.handle.save())
+        return _MAGIC + json.dumps(meta).encode() + b"\n" + payload
+
+    @classmethod
+    def from_bytes(cls, data: bytes, where: str) -> ItemIndex:
+        """An index from `to_bytes`' bytes; one RunError line when they are not one."""
+        if not data.startswith(_MAGIC):
+            raise RunError(f"{where}: not an item index")
+        head, _, payload = data[len(_MAGIC) :].partition(b"\n")
+        try:
+            meta = json.loads(head)
+            index = cls(**{k: meta[k] for k in ("library", "n_items", "dim", "digest")})
+            index.m, index.ef_construction = int(meta["m"]), int(meta["ef_construction"])
+            index.ef_search, index.recall = int(meta["ef_search"]), dict(meta["recall"])
+        except (ValueError, KeyError, TypeError):
+            raise RunError(f"{where}: damaged (its header)") from None
+        lib = _library(index.library)
+        try:
+            if index.library == "faiss":
+                index.handle = lib.deserialize_index(np.frombuffer(payload, dtype=np.uint8))
+            else:
+                index.handle = lib.Index.restore(io.BytesIO(payload).getvalue(), view=False)
+        except Exception as err:  # the libraries raise their own types for a damaged payload
+            raise RunError(f"{where}: damaged ({type(err).__name__})") from None
+        held = index.handle.ntotal if index.library == "faiss" else len(index.handle)
+        if held != index.n_items:
+            raise RunError(f"{where}: damaged (it holds another number of items)")
+        return index
+
+
+def candidates_wanted(k: int, n_items: int, seen: int, excluded: int, oversample: int = 2) -> int:
+    """How many candidates to ask the index for so that `k` remain after a history's `seen`
+    items and the `excluded` ones are removed, with `oversample` x k for what the graph search
+    misses (re-scored exactly: more candidates only cost their dot products)."""
+    return min(n_items, oversample * k + seen + excluded)
+
+
+def approximate_top(
+    index: ItemIndex,
+    features: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    k: int,
+    seen: torch.Tensor | None,
+    allowed: torch.Tensor | None,
+    excluded: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(values, internal ids), each (B, k), of the best items for the query vectors `features`
+    (B, D): the index's candidates scored exactly (f . w_i + b_i, as `SequenceModel.score`),
+    the `seen` ids (B, H) and the items not `allowed` (a mask over the catalogue, `excluded` of
+    them off) set to -inf, then cut. A row with fewer than k finite values ran out of
+    candidates (the caller scores it exactly)."""
+    seen_width = 0 if seen is None else int(seen.shape[1])
+    want = candidates_wanted(k, index.n_items, seen_width, excluded)
+    found = torch.from_numpy(index.search(features, want)).to(features.device)  # (B, want)
+    rows = found.clamp(min=1) - 1  # row i - 1 of the output layer is item i
+    scores = torch.einsum("bd,bkd->bk", features.float(), weight[rows].float())
+    if bias is not None:
+        scores = scores + bias.float()[rows]
+    off = found <= 0
+    if seen is not None:
+        off |= (found[:, :, None] == seen[:, None, :]).any(-1)
+    if allowed is not None:
+        off |= ~allowed[found.clamp(min=0)]
+    scores[off] = -torch.inf
+    values, at = scores.topk(min(k, scores.shape[1]), dim=1)
+    return values, found.gather(1, at)
+
+
+def run_index(
+    path: Any, weight: torch.Tensor, bias: torch.Tensor | None, *, trust: bool = False
+) -> ItemIndex | None:
+    """The run's index (index.bin, verified like every run file) when it holds these output
+    vectors; None when the run has none, or (said on stderr) when it was built from other
+    weights: items added or a retrained model since; `seqrec index RUN` rebuilds it."""
+    import sys
+
+    from seqrec.training.rundir import RunDir
+
+    data = RunDir(path, trust=trust).read_file("index.bin")
+    if data is None:
+        return None
+    index = ItemIndex.from_bytes(data, f"{path}/index.bin")
+    if index.digest != weights_digest(weight, bias):
+        print(
+            f"{path}/index.bin: built from other weights than the run's (items added since?); "
+            "scoring exactly (seqrec index RUN rebuilds it)",
+            file=sys.stderr,
+        )
+        return None
+    return index
+
+
+def masked_top(
+    scores: torch.Tensor,
+    first: int,
+    k: int,
+    seen: torch.Tensor | None,
+    allowed: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(values, item ids) of the top min(k, c) of `scores`, (B, c) columns first..first + c - 1
+    of the catalogue's, after setting (in place) the `seen` ids (B, H) and the items not
+    `allowed` (a mask over the whole catalogue) to -inf."""
+    c = scores.shape[1]
+    if seen is not None:  # in place
+        local = seen - first
+        inside = (local >= 0) & (local < c)
+        row = torch.arange(scores.shape[0], device=scores.device)[:, None].expand_as(local)
+        scores[row[inside], local[inside]] = -torch.inf
+    if allowed is not None:
+        scores[:, ~allowed[first : first + c]] = -torch.inf
+    values, at = torch.topk(scores, min(k, c), dim=1)
+    return values, at + first
+
+
+def csr(histories: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Concatenated items and each history's (start, end) in them."""
+    lengths = np.fromiter((len(h) for h in histories), dtype=np.int64, count=len(histories))
+    ends = np.cumsum(lengths)
+    parts = [np.asarray(h, dtype=np.int64) for h in histories]
+    items = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    return items, ends - lengths, ends

@@ -1,0 +1,71 @@
+"""A run's manifest (sha256.json): the digest of every file a loader reads, by file name, and
+those being replaced (pending). RunDir records digests before it moves a file into place and
+checks a file's digest before it reads it (seqrec.training.rundir)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from seqrec.errors import RunError
+from seqrec.files import bound, read_checked
+from seqrec.outputs import DIGESTS, PENDING
+
+__all__ = ["covered", "digest_map", "read_digests", "verify"]
+
+
+def verify(root: Path, name: str, digest: str, digests: dict[str, Any] | None) -> None:
+    """`digest` must be the sha256 the manifest (`digests`, read before the file) records,
+    or holds pending, for `name`."""
+    path = root / name
+    digests = digests or {}
+    pending: dict[str, str] = digests.get(PENDING) or {}
+    if name not in digests and name not in pending:
+        raise RunError(
+            f"{path}: not recorded in {DIGESTS} (the run was stopped while writing it, and "
+            "--resume writes it again; or it was put there by hand)"
+        )
+    if digest not in (digests.get(name), pending.get(name)):
+        raise RunError(
+            f"{path}: its sha256 is not one this run recorded for it ({DIGESTS}): "
+            "damaged, truncated, edited or replaced"
+        )
+
+
+def read_digests(root: Path, *, trust: bool) -> dict[str, Any] | None:
+    """The manifest {file name: sha256} (and its pending changes); None when there is none
+    and `trust` is set (a RunError otherwise)."""
+    path = root / DIGESTS
+    if not path.exists() and not path.is_symlink():
+        if trust:
+            return None
+        raise RunError(
+            f"{path}: missing, so the run's files cannot be checked; a run made by hand "
+            "loads with --trust"
+        )
+    text = read_checked(path, bound("manifest"), root=root, error=RunError)
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise RunError(f"{path}: damaged (not JSON); the run's files cannot be checked") from None
+    if not isinstance(data, dict) or not digest_map(data.get(PENDING, {})):
+        raise RunError(f"{path}: damaged (expected {{file name: sha256}})")
+    if not digest_map({k: v for k, v in data.items() if k != PENDING}):
+        raise RunError(f"{path}: damaged (expected {{file name: sha256}})")
+    return data
+
+
+def covered(digests: dict[str, Any] | None, name: str, trust: bool) -> bool:
+    """Whether the manifest covers `name`: always, but for a trusted run without a manifest or
+    whose (older) manifest names only the weight files."""
+    if digests is None:
+        return False
+    pending: dict[str, str] = digests.get(PENDING) or {}
+    return not (trust and name not in digests and name not in pending)
+
+
+def digest_map(data: Any) -> bool:
+    return isinstance(data, dict) and all(
+        isinstance(k, str) and isinstance(v, str) and len(v) == 64 for k, v in data.items()
+    )

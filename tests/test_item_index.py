@@ -1,0 +1,158 @@
+"""The item index (seqrec.serving.index): approximate top-k whose candidates are re-scored
+exactly. On a small catalogue it agrees with exact scoring, never returns a seen or excluded
+item, is a run file like the others (a tampered one refused), is not used when it holds other
+weights, and `--exact` leaves it out."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from seqrec.cli import main
+from seqrec.errors import ConfigError, RunError
+from seqrec.serving.catalogue import build_index, index_if_large
+from seqrec.serving.index import ItemIndex, candidates_wanted, weights_digest
+from seqrec.serving.recommender import Recommender
+from seqrec.training.rundir import RunDir
+
+LIBRARIES = [
+    pytest.param(
+        lib,
+        marks=pytest.mark.skipif(
+            importlib.util.find_spec(module) is None,
+            reason=f"{module} is not installed (pip install 'seqrec[ann]')",
+        ),
+    )
+    for lib, module in (("faiss", "faiss"), ("usearch", "usearch"))
+]
+
+
+@pytest.fixture
+def run(tiny_runs: dict[str, Path], tmp_path: Path) -> Path:
+    """A copy of the tiny SASRec run (the shared one stays as it is)."""
+    out = tmp_path / "run"
+    shutil.copytree(tiny_runs["sasrec"], out)
+    return out
+
+
+def test_candidates_wanted_by_hand() -> None:
+    assert candidates_wanted(10, 1000, seen=30, excluded=5) == 2 * 10 + 30 + 5
+    assert candidates_wanted(10, 40, seen=30, excluded=5) == 40  # capped at the catalogue
+    assert candidates_wanted(5, 1000, seen=0, excluded=0, oversample=3) == 15
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_the_index_finds_the_exact_top_k_with_the_bias_in_the_search(library: str) -> None:
+    torch.manual_seed(0)
+    centres = torch.randn(30, 16) * 2  # items and histories in groups, as trained vectors are
+    weight = centres[torch.randint(0, 30, (3000,))] + torch.randn(3000, 16) * 0.5
+    queries = centres[torch.randint(0, 30, (100,))] + torch.randn(100, 16) * 0.5
+    bias = torch.randn(3000) * 0.5
+    bias[[7, 99, 2500]] = 1000.0  # three items every query's exact top 3 holds: by their bias
+    index = ItemIndex.build(weight, bias, library=library)
+    found = index.search(queries, 30)
+    exact = torch.topk(queries @ weight.T + bias, 10).indices.numpy() + 1  # internal ids
+    recall = np.mean([len(set(f) & set(e)) / 10 for f, e in zip(found, exact, strict=True)])
+    assert recall >= 0.98
+    # searched without the bias they would seldom be found; with it, nearly always
+    assert np.mean([{8, 100, 2501} <= set(row) for row in found]) >= 0.95
+    again = ItemIndex.from_bytes(index.to_bytes(), "index.bin")
+    np.testing.assert_array_equal(again.search(queries, 30), found)
+    assert again.digest == weights_digest(weight, bias)
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_recommendations_with_the_index_are_the_exact_ones(library: str, run: Path) -> None:
+    exact = Recommender.from_run(run, exact=True)
+    index = build_index(exact, library=library, sample=50)
+    assert index.recall["recall@10"] == 1.0  # 60 items: every candidate re-scored
+    assert json.loads((run / "sha256.json").read_text())["index.bin"]
+    rec = Recommender.from_run(run)
+    assert rec.index is not None and rec.index.library == library
+    assert Recommender.from_run(run, exact=True).index is None
+    rng = np.random.default_rng(0)
+    histories = [list(rng.choice(rec.item_ids, size=n, replace=False)) for n in (3, 10, 25, 40)]
+    banned = [histories[0][0], rec.item_ids[5]]
+    for exclude_seen in (True, False):
+        want = exact.recommend_batch(histories, k=10, exclude_seen=exclude_seen, exclude=banned)
+        got = rec.recommend_batch(histories, k=10, exclude_seen=exclude_seen, exclude=banned)
+        assert [[i for i, _ in r] for r in got] == [[i for i, _ in r] for r in want]
+        np.testing.assert_allclose(
+            [s for r in got for _, s in r], [s for r in want for _, s in r], rtol=1e-5
+        )
+        for history, answer in zip(histories, got, strict=True):
+            ids = {i for i, _ in answer}
+            assert not ids & set(banned)
+            assert not exclude_seen or not ids & set(history)
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_a_tampered_or_stale_index_is_not_used(
+    library: str, run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rec = Recommender.from_run(run, exact=True)
+    build_index(rec, library=library, sample=20)
+    data = bytearray((run / "index.bin").read_bytes())
+    data[-10] ^= 0xFF
+    (run / "index.bin").write_bytes(bytes(data))
+    with pytest.raises(RunError, match=r"index.bin: its sha256 is not one this run recorded"):
+        Recommender.from_run(run)
+    # an index of other weights (a grown or retrained model): scored exactly, and said
+    torch.manual_seed(1)
+    other = ItemIndex.build(torch.randn(rec.n_items, 16), None, library=library)
+    RunDir(run).save_index(other.to_bytes())
+    assert Recommender.from_run(run).index is None
+    assert "built from other weights" in capsys.readouterr().err
+
+
+def test_cli_index_recommend_exact_and_remove(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("faiss")
+    assert main(["index", str(run), "--sample", "30"]) == 0
+    out = capsys.readouterr().out
+    assert "item index of 60 items (faiss, HNSW m 32, ef 200/128)" in out
+    assert "recall@10 against exact scoring 1.0000 on 30 histories" in out
+    rec = Recommender.from_run(run)
+    history = ",".join(str(i) for i in rec.item_ids[:5])
+    answers = []
+    for extra in ([], ["--exact"]):
+        assert main(["recommend", str(run), "--history", history, "--json", *extra]) == 0
+        answers.append(json.loads(capsys.readouterr().out))
+    assert answers[0] == answers[1]
+    assert main(["index", str(run), "--remove"]) == 0
+    assert not (run / "index.bin").exists()
+    assert Recommender.from_run(run).index is None
+    assert main(["index", str(run), "--ef-search", "0"]) == 2
+    assert "--ef-search: expected >= 1" in capsys.readouterr().err
+
+
+def test_a_model_not_scored_by_a_dot_product_has_no_index(
+    tmp_path: Path, tiny_runs: dict[str, Path]
+) -> None:
+    from seqrec.config import RunConfig, load_config
+    from seqrec.data.prepare import load_prepared
+    from seqrec.training.fit import fit
+
+    ds = load_prepared(Recommender.from_run(tiny_runs["sasrec"]).run.source["prepared"])
+    cfg = load_config(RunConfig, None, ['model="ncf"', "ncf.factors=8", "train.max_epochs=1"])
+    fitted = fit(ds, cfg, tmp_path / "ncf", progress=False)
+    with pytest.raises(ConfigError, match="ncf model's scores are not a dot product"):
+        build_index(Recommender.from_run(fitted.run_dir, exact=True))
+
+
+def test_a_large_catalogue_gets_its_index_when_trained(
+    run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("faiss")
+    assert index_if_large(run) is None  # 60 items: below the threshold
+    assert not (run / "index.bin").exists()
+    monkeypatch.setattr("seqrec.serving.index.INDEX_MIN_ITEMS", 50)
+    index = index_if_large(run, progress=False)
+    assert index is not None and (run / "index.bin").exists()
