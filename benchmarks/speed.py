@@ -15,6 +15,7 @@ Subcommands (each a module of benchmarks/suite; its docstring says what it measu
     distributed            one process against torchrun ranks on one machine
     prepare-scale          preparing an ML-20M-sized log
     prepare-capped         preparing a log larger than the memory allowed
+    item-index             the item index's libraries against exact scoring, by catalogue size
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ COMMANDS = {
     "distributed": "distributed",
     "prepare-scale": "prepare_scale",
     "prepare-capped": "prepare_capped",
+    "item-index": "item_index",
 }
 
 if __name__ == "__main__":

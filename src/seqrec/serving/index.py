@@ -134,7 +134,8 @@ class ItemIndex:
         self.handle.expansion_search = max(self.ef_search, k)
         found = self.handle.search(q_np, k)
         ids = np.asarray(found.keys, dtype=np.int64).reshape(len(q_np), -1)
-        counts = np.asarray(found.counts).reshape(-1)
+        # one query: its matches, as many as found; several: a matrix and a count per row
+        counts = np.asarray(getattr(found, "counts", [ids.shape[1]])).reshape(-1)
         ids[np.arange(ids.shape[1])[None, :] >= counts[:, None]] = -1
         if ids.shape[1] < k:
             ids = np.pad(ids, ((0, 0), (0, k - ids.shape[1])), constant_values=-1)
