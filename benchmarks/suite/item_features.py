@@ -10,6 +10,7 @@ planted in their features.
     python benchmarks/analyses.py item-features planted [--seed 0] [--name NAME]
     python benchmarks/analyses.py item-features speed [--recipes ml-1m-sasrec-ce,...]
         [--repeats 3] [--name NAME]
+    python benchmarks/analyses.py item-features models [--recipes ...]   # the cold files, one table
 
 ML-1M is the papers' file (bert4rec-paper/ml-1m.txt.gz) joined to ml-1m/movies.dat through
 ml-1m.item-map.txt: genres (categories), year (a number, from the title) and the title's text.
@@ -221,7 +222,8 @@ def cold(args: argparse.Namespace) -> None:
     feats = ItemsConfig(str(table_path), features=ML1M_FEATURES, id_dropout=args.id_dropout)
     reports: dict[str, Any] = {}
     dirs = []
-    for variant, items in (("features", feats), ("ids", None)):
+    variants = (("features", feats), ("ids", None))[: 1 if args.no_id_only else 2]
+    for variant, items in variants:
         cfg = dataclasses.replace(base, items=items or ItemsConfig())
         tag = f"d{args.id_dropout:g}" if items else "ids"
         out = runs / f"features-cold{args.share:g}-{prefix}{tag}-e{args.epochs}-s{args.seed}"
@@ -237,7 +239,7 @@ def cold(args: argparse.Namespace) -> None:
             reports["ids"] = _id_only(Recommender.from_run(out, trust=True), split)
         print(f"{variant}: {metrics['test']['full']['ndcg@10']:.4f} (its own test)", flush=True)
     first = int(args.neighbours.split(",")[0])
-    report, id_only = reports[f"features-k{first}"], reports["ids"]
+    report, id_only = reports[f"features-k{first}"], reports.get("ids")
     model = report["model"]["cold"]["hr@10"]
     content = report["content"]["cold"]["hr@10"]
     random = report["model"]["cold"]["random_hr@10"]
@@ -444,9 +446,70 @@ def speed(args: argparse.Namespace) -> None:
     print("\n".join(lines), f"-> {md_path}", sep="\n")
 
 
+def models(args: argparse.Namespace) -> None:
+    """One table of the cold-item protocol's results files, a row per model (the files of
+    `cold --id-dropout 0` for each recipe, read as they are)."""
+    import json
+
+    from _common import RESULTS
+
+    rows = []
+    for recipe in args.recipes.split(","):
+        prefix = "" if recipe == DEFAULT_RECIPE else recipe.removeprefix("ml-1m-") + "-"
+        path = RESULTS / "features" / f"ml1m_cold_{prefix.replace('-', '_')}d0.json"
+        data = json.loads(path.read_text())
+        model = data["reports"]["features-k1"]["model"]
+        rows.append(
+            {
+                "recipe": recipe,
+                "epochs": data["epochs"],
+                "cold_hr@10": model["cold"]["hr@10"],
+                "cold_among_cold_hr@10": model["cold_among_cold"]["hr@10"],
+                "ratio_content": data["ratio_content"],
+                "ratio_random": data["ratio_random"],
+                "warm_hr@10": model["warm"]["hr@10"],
+                "id_only_warm_hr@10": data["reports"].get("ids", {}).get("warm", {}).get("hr@10"),
+                "file": path.name,
+            }
+        )
+    lines = [
+        "# The cold-item protocol on ML-1M, every model that reads item features",
+        "",
+        "10 % of the items held out (seed 0), id dropout 0, a new item's id from its nearest",
+        "trained item; from the results file of each (its command and runs are there).",
+        "",
+        "| model | epochs | cold HR@10 (whole catalogue) | × content | × random | cold HR@10 "
+        "(among cold) | warm HR@10 | id-only warm HR@10 |",
+        "|---|---|---|---|---|---|---|---|",
+        *(
+            f"| {r['recipe']} | {r['epochs']} | {r['cold_hr@10']:.4f} | "
+            f"{r['ratio_content']:.2f} | {r['ratio_random']:.1f} | "
+            f"{r['cold_among_cold_hr@10']:.4f} | {r['warm_hr@10']:.4f} | "
+            + (
+                "not run |"
+                if r["id_only_warm_hr@10"] is None
+                else f"{r['id_only_warm_hr@10']:.4f} |"
+            )
+            for r in rows
+        ),
+    ]
+    _, md_path = write_results(
+        args.name or "ml1m_cold_models",
+        {"rows": {r["recipe"]: r for r in rows}},
+        "\n".join(lines) + "\n",
+        seeds={"train": 0, "cold_items": 0},
+    )
+    print("\n".join(lines), f"-> {md_path}", sep="\n")
+
+
+def _or(row: dict[str, Any]) -> str:
+    value = row["id_only_warm_hr@10"]
+    return "not run" if value is None else f"{value:.4f}"
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("part", choices=["warm", "cold", "planted", "speed"])
+    ap.add_argument("part", choices=["warm", "cold", "planted", "speed", "models"])
     ap.add_argument("--data-dir")
     ap.add_argument("--runs-dir")
     ap.add_argument("--seeds", default="0,1,2")
@@ -455,6 +518,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--share", type=float, default=0.1)
     ap.add_argument("--id-dropout", type=float)
     ap.add_argument("--recipe", default=DEFAULT_RECIPE, help="cold: the model's ML-1M recipe")
+    ap.add_argument(
+        "--no-id-only", action="store_true", help="cold: without the id-only run (0 on cold items)"
+    )
     ap.add_argument("--recipes", default=SPEED_RECIPES, help="speed: the recipes timed")
     ap.add_argument("--repeats", type=int, default=3, help="speed: timed epochs per variant")
     ap.add_argument("--neighbours", default="1,10", help="cold: the ids of how many neighbours")
@@ -463,4 +529,5 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.id_dropout is None:
         args.id_dropout = 0.0 if args.part in ("warm", "speed") else 0.5
-    {"warm": warm, "cold": cold, "planted": planted, "speed": speed}[args.part](args)
+    parts = {"warm": warm, "cold": cold, "planted": planted, "speed": speed, "models": models}
+    parts[args.part](args)
