@@ -107,9 +107,9 @@ class SequenceModel(nn.Module, ABC):
     def add_items(self, features: ItemFeatures, neighbours: int = 1) -> None:
         """Extend the catalogue by `features`' rows 1.. as items n_items+1..: their vectors come
         from their features and the ids of their `neighbours` nearest trained items by features
-        (seqrec.models.tower), their bias is the mean item bias; the other items' vectors, and
-        so their scores, are unchanged."""
-        from seqrec.models.tower import ItemTower
+        (seqrec.models.tower), their bias from those items' biases (the mean of them); the other
+        items' vectors, and so their scores, are unchanged."""
+        from seqrec.models.tower import ItemTower, nearest_rows
 
         towers = [getattr(self, name) for name in self.item_tables]
         towers = [t for t in towers if t is not None]
@@ -118,15 +118,20 @@ class SequenceModel(nn.Module, ABC):
                 f"{type(self).__name__}: items are added only to a model trained with item "
                 "features (its vectors of a new item come from them)"
             )
-        at = self.n_items + 1
+        at, n = self.n_items + 1, features.n_rows - 1
         for tower in towers:
             tower.add_rows(features, at, neighbours)
+        vectors = towers[-1].feature_vectors()  # the output side's rows, the new ones in
+        trained, added = torch.arange(1, at), torch.arange(at, at + n)
         for name, first in self.item_biases:
             bias = getattr(self, name)
             end = self.n_items + first
-            fill = bias[first:end].mean().expand(features.n_rows - 1)
+            column = vectors.new_zeros(vectors.shape[0], 1)  # row r: item r's bias
+            column[1:at, 0] = bias[first:end].to(column.dtype)
+            fill = nearest_rows(vectors, column, trained, added, neighbours)[:, 0]
+            fill = fill.to(bias.dtype)
             setattr(self, name, nn.Parameter(torch.cat([bias[:end], fill, bias[end:]])))
-        self.n_items += features.n_rows - 1
+        self.n_items += n
 
     @torch.no_grad()
     def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:

@@ -32,7 +32,7 @@ from torch import nn
 
 from seqrec.data.item_features import ItemFeatures
 
-__all__ = ["ItemTower", "attach_item_features", "grown_state"]
+__all__ = ["ItemTower", "attach_item_features", "grown_state", "nearest_rows"]
 
 
 class ItemTower(nn.Module):
@@ -173,13 +173,13 @@ class ItemTower(nn.Module):
         self.dense_values = torch.cat([self.dense_values[:at], d, self.dense_values[at:]])
         trained = torch.arange(1, at, device=w.device)
         added = torch.arange(at, at + n, device=w.device)
-        start = _nearest_ids(self.feature_vectors(), w, trained, added, neighbours)
+        start = nearest_rows(self.feature_vectors(), w, trained, added, neighbours)
         self.ids.weight = nn.Parameter(torch.cat([w[:at], start.to(w.dtype), w[at:]]))
         self.ids.num_embeddings = self.ids.weight.shape[0]
         self._cached = None
 
 
-def _nearest_ids(
+def nearest_rows(
     vectors: torch.Tensor,
     ids: torch.Tensor,
     have: torch.Tensor,
@@ -260,7 +260,7 @@ def grown_state(
             missing = torch.from_numpy(np.flatnonzero(~known) + 1)
             with torch.no_grad():
                 vectors = probe.feature_vectors()
-                new[missing] = _nearest_ids(vectors, new, have, missing, neighbours)
+                new[missing] = nearest_rows(vectors, new, have, missing, neighbours)
         out[key] = new
     for name, first in getattr(model, "item_biases", ()):
         old, shape = state[name], target[name]
