@@ -117,7 +117,7 @@ def test_cli_index_recommend_exact_and_remove(
     pytest.importorskip("faiss")
     assert main(["index", str(run), "--sample", "30"]) == 0
     out = capsys.readouterr().out
-    assert "item index of 60 items (faiss, HNSW m 32, ef 200/128)" in out
+    assert "item index of 60 items (faiss, HNSW m 32, ef 200/256)" in out
     assert "recall@10 against exact scoring 1.0000 on 30 histories" in out
     rec = Recommender.from_run(run)
     history = ",".join(str(i) for i in rec.item_ids[:5])
@@ -148,11 +148,16 @@ def test_a_model_not_scored_by_a_dot_product_has_no_index(
 
 
 def test_a_large_catalogue_gets_its_index_when_trained(
-    run: Path, monkeypatch: pytest.MonkeyPatch
+    run: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pytest.importorskip("faiss")
     assert index_if_large(run) is None  # 60 items: below the threshold
     assert not (run / "index.bin").exists()
     monkeypatch.setattr("seqrec.serving.index.INDEX_MIN_ITEMS", 50)
+    monkeypatch.setattr("seqrec.serving.catalogue.MIN_RECALL", 1.01)  # what no index reaches
+    assert index_if_large(run, progress=False) is None
+    assert "under 1.01: not kept, every item is scored" in capsys.readouterr().err
+    assert not (run / "index.bin").exists()
+    monkeypatch.setattr("seqrec.serving.catalogue.MIN_RECALL", 0.98)
     index = index_if_large(run, progress=False)
     assert index is not None and (run / "index.bin").exists()

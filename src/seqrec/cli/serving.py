@@ -227,7 +227,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--library", choices=["faiss", "usearch"], default="faiss")
     p.add_argument("--m", type=int, default=32, help="HNSW links per node (default 32)")
     p.add_argument("--ef-construction", type=int, default=200)
-    p.add_argument("--ef-search", type=int, default=128)
+    p.add_argument("--ef-search", type=int, default=256)
     p.add_argument("--sample", type=int, default=1000, help="histories its recall is measured on")
     p.add_argument("--remove", action="store_true", help="remove the run's index")
     _add_trust_flag(p)

@@ -21,7 +21,10 @@ from seqrec.training.rundir import RunDir
 if TYPE_CHECKING:
     from seqrec.serving.recommender import Recommender
 
-__all__ = ["add_items", "build_index", "index_if_large"]
+__all__ = ["MIN_RECALL", "add_items", "build_index", "index_if_large"]
+
+# an index built after training is kept only at this recall@10 against exact scoring or more
+MIN_RECALL = 0.98
 
 
 def add_items(
@@ -85,7 +88,7 @@ def build_index(
     library: str = "faiss",
     m: int = 32,
     ef_construction: int = 200,
-    ef_search: int = 128,
+    ef_search: int = 256,
     sample: int = 1000,
     k: int = 10,
     seed: int = 0,
@@ -143,7 +146,8 @@ def build_index(
 def index_if_large(run_dir: Any, *, progress: bool = True) -> ItemIndex | None:
     """A finished run's item index, built when its catalogue has `INDEX_MIN_ITEMS` or more
     items and its model is scored by a dot product (what `seqrec train` and the estimators'
-    `fit` do at the end); without the index library installed, a line says how to get it."""
+    `fit` do at the end), and kept when its recall@10 against exact scoring is `MIN_RECALL` or
+    more; without the index library installed, a line says how to get it."""
     from seqrec.serving.index import INDEX_MIN_ITEMS
     from seqrec.serving.recommender import Recommender
 
@@ -154,14 +158,24 @@ def index_if_large(run_dir: Any, *, progress: bool = True) -> ItemIndex | None:
     if not rec.model.blockwise:
         return None
     try:
-        index = build_index(rec)
+        index = build_index(rec, save=False)
     except ConfigError as err:  # the library is missing: every item is scored
         print(f"{run_dir}: no item index ({err}); every item is scored", file=sys.stderr)
         return None
+    recall = index.recall["recall@10"]
+    if recall < MIN_RECALL:  # kept only where it agrees with exact scoring
+        print(
+            f"{run_dir}: an item index reached recall@10 {recall:.4f} against exact scoring, "
+            f"under {MIN_RECALL}: not kept, every item is scored (seqrec index RUN "
+            "--ef-search 512 builds a broader one)",
+            file=sys.stderr,
+        )
+        return None
+    RunDir(run_dir).save_index(index.to_bytes())
     if progress:
         print(
             f"{run_dir}: item index of {index.n_items:,} items built, recall@10 against exact "
-            f"scoring {index.recall['recall@10']:.4f}",
+            f"scoring {recall:.4f}",
             file=sys.stderr,
         )
     return index

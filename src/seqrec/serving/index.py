@@ -88,7 +88,7 @@ class ItemIndex:
     digest: str  # weights_digest of the vectors it holds
     m: int = 32
     ef_construction: int = 200
-    ef_search: int = 128
+    ef_search: int = 256
     recall: dict[str, float] = field(default_factory=dict)  # measured at build
     handle: Any = field(default=None, repr=False)
 
@@ -101,7 +101,7 @@ class ItemIndex:
         library: str = "faiss",
         m: int = 32,
         ef_construction: int = 200,
-        ef_search: int = 128,
+        ef_search: int = 256,
     ) -> ItemIndex:
         """The index of `weight` (n, D) and `bias` (n,), rows for items 1..n."""
         lib = _library(library)
