@@ -18,6 +18,7 @@ from seqrec.config import ItemsConfig, RunConfig, load_config
 from seqrec.data.item_features import ItemEncoder, items_file_bytes, load_items_file
 from seqrec.data.items_table import Feature, read_items_table
 from seqrec.data.prepare import prepare
+from seqrec.data.prepared import PreparedDataset
 from seqrec.data.prepared_items import encode_items
 from seqrec.errors import ConfigError, DataError
 from seqrec.training.fit import fit
@@ -55,14 +56,13 @@ def _run_cfg(model: str = "sasrec") -> RunConfig:
 
 
 def test_the_prepared_dataset_keeps_its_items_features(tmp_path: Path) -> None:
-    ds = prepare(
-        _log(),
-        time_col="ts",
-        items=_items(),
-        item_features=["genre", "year:number"],
-        out=tmp_path / "p",
-        progress=False,
-    )
+    def prepared() -> PreparedDataset:
+        features = ["genre", "year:number"]
+        return prepare(
+            _log(), time_col="ts", items=_items(), item_features=features, out=tmp_path / "p"
+        )
+
+    ds = prepared()
     found = ds.item_features()
     assert found is not None
     encoder, features = found
@@ -75,14 +75,7 @@ def test_the_prepared_dataset_keeps_its_items_features(tmp_path: Path) -> None:
     z = (years - 2004.5) / np.std(np.arange(30.0) + 1990.0)  # standardised over the table
     np.testing.assert_allclose(features.dense[1:, 0], z, rtol=1e-5)
     # prepared again with the same table: the same folder, reused
-    again = prepare(
-        _log(),
-        time_col="ts",
-        items=_items(),
-        item_features=["genre", "year:number"],
-        out=tmp_path / "p",
-        progress=False,
-    )
+    again = prepared()
     assert again.path == ds.path
     assert (
         prepare(_log(), time_col="ts", out=tmp_path / "q", progress=False).item_features() is None

@@ -8,7 +8,7 @@ import hashlib
 import json
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +60,20 @@ if TYPE_CHECKING:
     from seqrec.config import RunConfig
 
 __all__ = ["prepare", "prepare_frame", "prepared", "resolve_source"]
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What a `prepare` call asks of whichever source it reads (a file, a frame, sequences)."""
+
+    data_cfg: DataConfig
+    eval_cfg: EvalConfig
+    out: Path | None
+    force: bool
+    progress: bool
+    inputs: Sequence[Path | str]
+    name: str | None
+    items: PreparedItems | None
 
 
 def resolve_source(
@@ -148,10 +162,9 @@ def prepare(
     eval_cfg = eval_cfg or EvalConfig()
     out = None if out is None else Path(out)
     table = PreparedItems.read(items, item_features, items_cfg)
+    job = _Job(data_cfg, eval_cfg, out, force, progress, inputs, name, table)
     if is_frame(data):
-        return _prepare_in_memory(
-            data, data_cfg, eval_cfg, out, force, progress, inputs, name, table
-        )
+        return _prepare_in_memory(data, job)
     if Path(data).is_dir() and dir_kind(Path(data)) == "prepared":
         if table is not None:
             raise ConfigError(
@@ -160,33 +173,22 @@ def prepare(
             )
         return load_prepared(data)  # a prepared dataset given as the data: as it is
     if Path(data).is_dir():  # sequences prepared by another engine (read_sequences)
-        return _prepare_sequences(
-            Path(data), data_cfg, eval_cfg, out, force, progress, inputs, table
-        )
-    return _prepare_file(str(data), data_cfg, eval_cfg, out, force, progress, inputs, name, table)
+        return _prepare_sequences(Path(data), job)
+    return _prepare_file(str(data), job)
 
 
-def _prepare_file(
-    data: str,
-    data_cfg: DataConfig,
-    eval_cfg: EvalConfig,
-    out: Path | None,
-    force: bool,
-    progress: bool,
-    inputs: Sequence[Path | str],
-    name: str | None,
-    table: PreparedItems | None,
-) -> PreparedDataset:
+def _prepare_file(data: str, job: _Job) -> PreparedDataset:
     """`prepare` of a file, or of a dataset name (the cache, or a download)."""
+    data_cfg, eval_cfg, progress = job.data_cfg, job.eval_cfg, job.progress
     source, fmt = resolve_source(data, data_cfg.format, progress=progress)
     fmt = fmt or detect_format(source)
     kcore = kcore_thresholds(data_cfg, fmt, papers=data in download.DATASETS)
     key = {"source": _fingerprint(source), **_settings(data_cfg, eval_cfg)}
-    key |= kcore_key(data_cfg, kcore) | _items_key(table)
-    name = name or (data if data in download.DATASETS else _dataset_name(source))
-    cached = out is None  # the cache's own folder, named by the key: seqrec's to replace
-    out = out or _default_dir(name, key)
-    if (reused := _reuse(out, key, cached, force, [source, *inputs])) is not None:
+    key |= kcore_key(data_cfg, kcore) | _items_key(job.items)
+    name = job.name or (data if data in download.DATASETS else _dataset_name(source))
+    cached = job.out is None  # the cache's own folder, named by the key: seqrec's to replace
+    out = job.out or _default_dir(name, key)
+    if (reused := _reuse(out, key, cached, job.force, [source, *job.inputs])) is not None:
         return reused
     stages = Progress(0, f"prepare {name}", enabled=progress)
     stages.note(f"prepare {name}: reading {source} ({source.stat().st_size / 2**20:,.1f} MiB)")
@@ -214,7 +216,7 @@ def _prepare_file(
         kcore=kcore,
         replace=True,  # checked above
         progress=progress,
-        items=table,
+        items=job.items,
     )
 
 
@@ -252,29 +254,20 @@ def _reuse(
     return None
 
 
-def _prepare_in_memory(
-    data: Any,
-    data_cfg: DataConfig,
-    eval_cfg: EvalConfig,
-    out: Path | None,
-    force: bool,
-    progress: bool,
-    inputs: Sequence[Path | str],
-    name: str | None,
-    table: PreparedItems | None = None,
-) -> PreparedDataset:
+def _prepare_in_memory(data: Any, job: _Job) -> PreparedDataset:
     """`prepare` of a frame: its columns read into the interactions table, which is keyed by
     its content (so an unchanged frame reuses its prepared directory)."""
+    data_cfg, eval_cfg = job.data_cfg, job.eval_cfg
     df = interactions_from_frame(
         data, user_col=data_cfg.user_col, item_col=data_cfg.item_col, time_col=data_cfg.time_col
     )
-    name = name or "frame"
+    name = job.name or "frame"
     kcore = kcore_thresholds(data_cfg, None)  # a user's log: whole unless configured
     key = {"source": {"frame": frame_fingerprint(df)}, **_settings(data_cfg, eval_cfg)}
-    key |= kcore_key(data_cfg, kcore) | _items_key(table)
-    cached = out is None
-    out = out or _default_dir(name, key)
-    if (reused := _reuse(out, key, cached, force, inputs)) is not None:
+    key |= kcore_key(data_cfg, kcore) | _items_key(job.items)
+    cached = job.out is None
+    out = job.out or _default_dir(name, key)
+    if (reused := _reuse(out, key, cached, job.force, job.inputs)) is not None:
         return reused
     return prepare_frame(
         df,
@@ -285,24 +278,16 @@ def _prepare_in_memory(
         eval_cfg=eval_cfg,
         kcore=kcore,
         replace=True,  # checked above
-        progress=progress,
-        items=table,
+        progress=job.progress,
+        items=job.items,
     )
 
 
-def _prepare_sequences(
-    path: Path,
-    data_cfg: DataConfig,
-    eval_cfg: EvalConfig,
-    out: Path | None,
-    force: bool,
-    progress: bool,
-    inputs: Sequence[Path | str],
-    items: PreparedItems | None = None,
-) -> PreparedDataset:
+def _prepare_sequences(path: Path, job: _Job) -> PreparedDataset:
     """`prepare` of sequences another engine prepared (`read_sequences`): checked, then split,
     their candidates sampled and written as any prepared dataset (no k-core: they are taken as
     they are)."""
+    data_cfg, eval_cfg = job.data_cfg, job.eval_cfg
     if data_cfg.split == "time":
         raise ConfigError(
             f'{path}: data.split = "time" needs timestamps; prepared sequences have none'
@@ -311,16 +296,16 @@ def _prepare_sequences(
     key = {
         "source": {"sequences": _fingerprint(table), "vocab": _fingerprint(path / "vocab.json")},
         **_settings(data_cfg, eval_cfg),
-    } | _items_key(items)
+    } | _items_key(job.items)
     name = path.name
-    cached = out is None
-    out = out or _default_dir(name, key)
-    if (reused := _reuse(out, key, cached, force, [path, *inputs])) is not None:
+    cached = job.out is None
+    out = job.out or _default_dir(name, key)
+    if (reused := _reuse(out, key, cached, job.force, [path, *job.inputs])) is not None:
         return reused
-    stages = Progress(0, f"prepare {name}", enabled=progress)
+    stages = Progress(0, f"prepare {name}", enabled=job.progress)
     stages.note(f"prepare {name}: checking the prepared sequences of {path}")
     pre = read_sequences(path)
-    return _finish(pre, out, name, key, data_cfg, eval_cfg, stages, items=items)
+    return _finish(pre, out, name, key, data_cfg, eval_cfg, stages, items=job.items)
 
 
 def _manifest_key(path: Path) -> Any:
