@@ -16,8 +16,8 @@ import torch
 
 from seqrec.cli import main
 from seqrec.errors import ConfigError, RunError
-from seqrec.serving.catalogue import build_index, index_if_large
 from seqrec.serving.index import ItemIndex, candidates_wanted, weights_digest
+from seqrec.serving.indexing import build_index, index_if_large
 from seqrec.serving.recommender import Recommender
 from seqrec.training.rundir import RunDir
 
@@ -153,11 +153,11 @@ def test_a_large_catalogue_gets_its_index_when_trained(
     pytest.importorskip("faiss")
     assert index_if_large(run) is None  # 60 items: below the threshold
     assert not (run / "index.bin").exists()
-    monkeypatch.setattr("seqrec.serving.index.INDEX_MIN_ITEMS", 50)
-    monkeypatch.setattr("seqrec.serving.catalogue.MIN_RECALL", 1.01)  # what no index reaches
+    monkeypatch.setattr("seqrec.serving.indexing.INDEX_MIN_ITEMS", 50)
+    monkeypatch.setattr("seqrec.serving.indexing.MIN_RECALL", 1.01)  # what no index reaches
     assert index_if_large(run, progress=False) is None
     assert "under 1.01: not kept, every item is scored" in capsys.readouterr().err
     assert not (run / "index.bin").exists()
-    monkeypatch.setattr("seqrec.serving.catalogue.MIN_RECALL", 0.98)
+    monkeypatch.setattr("seqrec.serving.indexing.MIN_RECALL", 0.98)
     index = index_if_large(run, progress=False)
     assert index is not None and (run / "index.bin").exists()

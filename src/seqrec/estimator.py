@@ -40,7 +40,7 @@ from seqrec.data.prepared import SAME_COLUMN, PreparedDataset
 from seqrec.errors import ConfigError, SeqrecError
 from seqrec.models.registry import entry
 from seqrec.outputs import check_out_dir, check_out_file
-from seqrec.serving.catalogue import index_if_large
+from seqrec.serving.indexing import index_if_large
 from seqrec.serving.recommender import MODEL, POPULARITY, Recommender
 from seqrec.training.policy import ANY_LOG_ADAPT, refit_config
 from seqrec.training.rundir import RunDir

@@ -187,7 +187,7 @@ def cmd_add_items(args: argparse.Namespace) -> int:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from seqrec.serving.catalogue import build_index
+    from seqrec.serving.indexing import build_index
 
     if args.remove:
         RunDir(args.run, trust=args.trust).save_index(None)

@@ -26,7 +26,7 @@ from seqrec.data.split import TrainOn
 from seqrec.errors import ConfigError
 from seqrec.evaluation.report import metrics_table, run_label
 from seqrec.models import registry
-from seqrec.serving.catalogue import index_if_large
+from seqrec.serving.indexing import index_if_large
 from seqrec.training.distributed import on_main, process_group, ranks
 from seqrec.training.fit import check_run_out, fit
 from seqrec.training.policy import ANY_LOG_ADAPT, refit_config
