@@ -86,10 +86,9 @@ class PreparedItems:
         table, kinds = read_items_table(
             items, item_col=cfg.item_col, features=wanted, separator=cfg.separator
         )
-        where = "items table" if not isinstance(items, str | Path) else f"items table {items}"
         source = str(items) if isinstance(items, str | Path) else "<frame>"
         cfg = dataclasses.replace(cfg, table=source, features=tuple(str(f) for f in kinds))
-        return cls(cfg, table, kinds, where)
+        return cls(cfg, table, kinds, _where(items))
 
     def key(self) -> dict[str, Any]:
         """What the prepared folder's key holds of it: the table's content and the settings."""
@@ -109,13 +108,7 @@ class PreparedItems:
     def file_bytes(self, item_ids: Sequence[Any]) -> bytes:
         """The encoder fitted on the table and the features of `item_ids` (the prepared items,
         in order), as `items.npz`'s bytes; one DataError line for items without a row."""
-        encoder = ItemEncoder.fit(
-            self.table,
-            self.features,
-            separator=self.cfg.separator,
-            text_dim=self.cfg.text_dim,
-            text_encoder=self.cfg.text_encoder,
-        )
+        encoder = _fitted(self.table, self.features, self.cfg)
         return items_file_bytes(encoder, encoder.encode(self.table, item_ids, self.where))
 
 
@@ -175,13 +168,21 @@ def encode_items(
     df, features = read_items_table(
         source, item_col=cfg.item_col, features=wanted, separator=cfg.separator
     )
-    if encoder is None:
-        encoder = ItemEncoder.fit(
-            df,
-            features,
-            separator=cfg.separator,
-            text_dim=cfg.text_dim,
-            text_encoder=cfg.text_encoder,
-        )
-    where = "items table" if not isinstance(source, str | Path) else f"items table {source}"
-    return encoder, encoder.encode(df, item_ids, where)
+    encoder = encoder or _fitted(df, features, cfg)
+    return encoder, encoder.encode(df, item_ids, _where(source))
+
+
+def _fitted(table: pl.DataFrame, features: Sequence[Feature], cfg: ItemsConfig) -> ItemEncoder:
+    """The encoder of `features` fitted on `table` with `cfg`'s separator and text settings."""
+    return ItemEncoder.fit(
+        table,
+        features,
+        separator=cfg.separator,
+        text_dim=cfg.text_dim,
+        text_encoder=cfg.text_encoder,
+    )
+
+
+def _where(source: Any) -> str:
+    """How an error names the table: its path, or "items table" for a frame."""
+    return f"items table {source}" if isinstance(source, str | Path) else "items table"

@@ -121,8 +121,9 @@ class SequenceModel(nn.Module, ABC):
         at, n = self.n_items + 1, features.n_rows - 1
         for tower in towers:
             tower.add_rows(features, at, neighbours)
-        vectors = towers[-1].feature_vectors()  # the output side's rows, the new ones in
-        trained, added = torch.arange(1, at), torch.arange(at, at + n)
+        if self.item_biases:  # the output side's rows, the new ones in
+            vectors = towers[-1].feature_vectors()
+            trained, added = torch.arange(1, at), torch.arange(at, at + n)
         for name, first in self.item_biases:
             bias = getattr(self, name)
             end = self.n_items + first

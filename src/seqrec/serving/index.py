@@ -14,10 +14,9 @@ answers against exact scoring on a sample of histories.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -146,16 +145,7 @@ class ItemIndex:
     def to_bytes(self) -> bytes:
         """The run file: a header line of JSON (what it is, what it was built from), then the
         library's own serialisation."""
-        meta = {
-            "library": self.library,
-            "n_items": self.n_items,
-            "dim": self.dim,
-            "digest": self.digest,
-            "m": self.m,
-            "ef_construction": self.ef_construction,
-            "ef_search": self.ef_search,
-            "recall": self.recall,
-        }
+        meta = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "handle"}
         if self.library == "faiss":
             payload = _library("faiss").serialize_index(self.handle).tobytes()
         else:
@@ -170,9 +160,16 @@ class ItemIndex:
         head, _, payload = data[len(_MAGIC) :].partition(b"\n")
         try:
             meta = json.loads(head)
-            index = cls(**{k: meta[k] for k in ("library", "n_items", "dim", "digest")})
-            index.m, index.ef_construction = int(meta["m"]), int(meta["ef_construction"])
-            index.ef_search, index.recall = int(meta["ef_search"]), dict(meta["recall"])
+            index = cls(
+                str(meta["library"]),
+                int(meta["n_items"]),
+                int(meta["dim"]),
+                str(meta["digest"]),
+                int(meta["m"]),
+                int(meta["ef_construction"]),
+                int(meta["ef_search"]),
+                dict(meta["recall"]),
+            )
         except (ValueError, KeyError, TypeError):
             raise RunError(f"{where}: damaged (its header)") from None
         lib = _library(index.library)
@@ -180,7 +177,7 @@ class ItemIndex:
             if index.library == "faiss":
                 index.handle = lib.deserialize_index(np.frombuffer(payload, dtype=np.uint8))
             else:
-                index.handle = lib.Index.restore(io.BytesIO(payload).getvalue(), view=False)
+                index.handle = lib.Index.restore(payload, view=False)
         except Exception as err:  # the libraries raise their own types for a damaged payload
             raise RunError(f"{where}: damaged ({type(err).__name__})") from None
         held = index.handle.ntotal if index.library == "faiss" else len(index.handle)
@@ -219,8 +216,10 @@ def approximate_top(
     if bias is not None:
         scores = scores + bias.float()[rows]
     off = found <= 0
-    if seen is not None:
-        off |= (found[:, :, None] == seen[:, None, :]).any(-1)
+    if seen is not None:  # each candidate looked up in its row's sorted history
+        ordered = seen.sort(dim=1).values
+        at = torch.searchsorted(ordered, found).clamp(max=ordered.shape[1] - 1)
+        off |= ordered.gather(1, at) == found
     if allowed is not None:
         off |= ~allowed[found.clamp(min=0)]
     scores[off] = -torch.inf

@@ -82,6 +82,15 @@ if TYPE_CHECKING:
 
 __all__ = ["RUN_FILES", "RUN_MARKER", "RUN_OUTPUTS", "RunDir", "load_tensors"]
 
+# the size bound (seqrec.files.bound) of each file read whole
+_KINDS = {
+    CONFIG: "config",
+    VOCAB: "vocab",
+    METRICS: "metrics",
+    ITEMS: "item_features",
+    INDEX: "index",
+}
+
 # Keys added to the configs after runs were written whose default is not what those runs did:
 # (section, key) -> the value an older run directory without the key was trained with.
 _BEFORE_ADDED = {("bert4rec", "head_norm"): False}
@@ -327,9 +336,10 @@ class RunDir:
 
     def save_index(self, data: bytes | None) -> None:
         """index.bin (seqrec.serving.index) written and recorded, or removed (None)."""
-        if data is not None:
-            return self._replace({INDEX: data})
-        (self.path / INDEX).unlink(missing_ok=True)
+        if data is None:
+            (self.path / INDEX).unlink(missing_ok=True)
+        else:
+            self._replace({INDEX: data})
 
     def check_items(self, item_ids: Sequence[Any], where: str | None = None) -> None:
         """The run was trained on these items (in this order), or one ConfigError line."""
@@ -425,10 +435,8 @@ class RunDir:
         """A JSON file's bytes, looked at before they are read (seqrec.files: no symlink out of
         the run, a regular file within its kind's bound), and only if their sha256 is the one
         the manifest records for the name."""
-        kind = {CONFIG: "config", VOCAB: "vocab", METRICS: "metrics", ITEMS: "item_features"}
-        kind[INDEX] = "index"
         digests = self._digests(trust=self.trust)  # before the file: a writer records first
-        data = read_checked(self.path / name, bound(kind[name]), root=self.path, error=RunError)
+        data = read_checked(self.path / name, bound(_KINDS[name]), root=self.path, error=RunError)
         if covered(digests, name, self.trust):
             self._verify(name, hashlib.sha256(data).hexdigest(), digests)
         return data
