@@ -104,6 +104,33 @@ def evaluate_test(run: str, users: int) -> None:
     print(json.dumps({"users": len(report.users), "seconds": seconds, "metrics": report.metrics}))
 
 
+def index_recall(run: Path, histories: list[np.ndarray]) -> dict[str, Any] | None:
+    """The run's item index (built at the end of its training): what it is, and the recall@10
+    of its answers against exact scoring on `histories` (each test user's input), with the
+    seconds each way (one process, these histories in the recommender's batches)."""
+    from seqrec.serving.recommender import Recommender
+
+    rec = Recommender.from_run(run)
+    if rec.index is None:
+        return None
+    exact = Recommender.from_run(run, exact=True)
+    start = time.perf_counter()
+    found = rec.recommend_encoded(histories, 10)
+    index_s = time.perf_counter() - start
+    start = time.perf_counter()
+    want = exact.recommend_encoded(histories, 10)
+    exact_s = time.perf_counter() - start
+    hits = sum(len({i for i, _ in a} & {i for i, _ in e}) for a, e in zip(found, want, strict=True))
+    return {
+        "index": rec.index.describe(),
+        "built": rec.index.recall,
+        "histories": len(histories),
+        "recall@10": hits / sum(len(e) for e in want),
+        "index_s": index_s,
+        "exact_s": exact_s,
+    }
+
+
 def _json_line(log: Path) -> dict[str, Any]:
     return json.loads(next(x for x in log.read_text().splitlines()[::-1] if x.startswith("{")))
 
@@ -206,6 +233,7 @@ def catalogue(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     rng = np.random.default_rng(0)
     picks = rng.choice(ds.n_users, size=2000, replace=False)
     histories = [[ds.item_ids[i - 1] for i in ds.sequences[u]] for u in picks]
+    index = index_recall(run, [ds.sequences[u][:-1] for u in picks])
     served = _serve(run, args.serve_seconds, histories)
     return {
         "users": ds.n_users,
@@ -219,6 +247,7 @@ def catalogue(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         },
         "serve": served,
         "all_users": all_users,
+        "index": index,
     }
 
 
@@ -301,6 +330,15 @@ def _markdown(kind: str, args: argparse.Namespace, r: dict[str, Any]) -> str:
             f"p50 {s['p50_ms']:.1f} ms, **p99 {s['p99_ms']:.1f} ms**, server RSS "
             f"{s['rss_end_mib']:.0f} MiB\n"
         )
+        if r.get("index"):
+            x = r["index"]
+            md += (
+                f"- the item index built at the end of training ({x['index']}): built in "
+                f"{x['built']['build_seconds']:.1f} s, recall@10 against exact scoring "
+                f"{x['built']['recall@10']:.4f} on {int(x['built']['histories']):,} training "
+                f"histories; on {x['histories']:,} test histories **{x['recall@10']:.4f}**, "
+                f"{x['index_s']:.1f} s against {x['exact_s']:.1f} s exact\n"
+            )
         if "all_users" in r:  # results from before the stage have none
             a = next(x for x in r["stages"] if x["stage"] == "recommend --all-users")
             md += (

@@ -17,19 +17,21 @@ import torch
 from seqrec.cli import main
 from seqrec.errors import ConfigError, RunError
 from seqrec.serving.index import ItemIndex, candidates_wanted, weights_digest
-from seqrec.serving.indexing import build_index, index_if_large
+from seqrec.serving.indexing import build_index, choose_nprobe, index_if_large
 from seqrec.serving.recommender import Recommender
 from seqrec.training.rundir import RunDir
 
-LIBRARIES = [
+LIBRARIES = [  # (library, kind)
     pytest.param(
         lib,
+        kind,
         marks=pytest.mark.skipif(
-            importlib.util.find_spec(module) is None,
-            reason=f"{module} is not installed (pip install 'seqrec[ann]')",
+            importlib.util.find_spec(lib) is None,
+            reason=f"{lib} is not installed (pip install 'seqrec[ann]')",
         ),
+        id=f"{lib}-{kind}",
     )
-    for lib, module in (("faiss", "faiss"), ("usearch", "usearch"))
+    for lib, kind in (("faiss", "ivf"), ("faiss", "hnsw"), ("usearch", "hnsw"))
 ]
 
 
@@ -47,15 +49,15 @@ def test_candidates_wanted_by_hand() -> None:
     assert candidates_wanted(5, 1000, seen=0, excluded=0, oversample=3) == 15
 
 
-@pytest.mark.parametrize("library", LIBRARIES)
-def test_the_index_finds_the_exact_top_k_with_the_bias_in_the_search(library: str) -> None:
+@pytest.mark.parametrize(("library", "kind"), LIBRARIES)
+def test_the_index_finds_the_exact_top_k_with_the_bias_in_the_search(library: str, kind: str) -> None:
     torch.manual_seed(0)
     centres = torch.randn(30, 16) * 2  # items and histories in groups, as trained vectors are
     weight = centres[torch.randint(0, 30, (3000,))] + torch.randn(3000, 16) * 0.5
     queries = centres[torch.randint(0, 30, (100,))] + torch.randn(100, 16) * 0.5
     bias = torch.randn(3000) * 0.5
     bias[[7, 99, 2500]] = 1000.0  # three items every query's exact top 3 holds: by their bias
-    index = ItemIndex.build(weight, bias, library=library)
+    index = ItemIndex.build(weight, bias, library=library, kind=kind, nprobe=64)
     found = index.search(queries, 30)
     exact = torch.topk(queries @ weight.T + bias, 10).indices.numpy() + 1  # internal ids
     recall = np.mean([len(set(f) & set(e)) / 10 for f, e in zip(found, exact, strict=True)])
@@ -67,14 +69,14 @@ def test_the_index_finds_the_exact_top_k_with_the_bias_in_the_search(library: st
     assert again.digest == weights_digest(weight, bias)
 
 
-@pytest.mark.parametrize("library", LIBRARIES)
-def test_recommendations_with_the_index_are_the_exact_ones(library: str, run: Path) -> None:
+@pytest.mark.parametrize(("library", "kind"), LIBRARIES)
+def test_recommendations_with_the_index_are_the_exact_ones(library: str, kind: str, run: Path) -> None:
     exact = Recommender.from_run(run, exact=True)
-    index = build_index(exact, library=library, sample=50)
+    index = build_index(exact, library=library, kind=kind, sample=50)
     assert index.recall["recall@10"] == 1.0  # 60 items: every candidate re-scored
     assert json.loads((run / "sha256.json").read_text())["index.bin"]
     rec = Recommender.from_run(run)
-    assert rec.index is not None and rec.index.library == library
+    assert rec.index is not None and (rec.index.library, rec.index.kind) == (library, kind)
     assert Recommender.from_run(run, exact=True).index is None
     rng = np.random.default_rng(0)
     histories = [list(rng.choice(rec.item_ids, size=n, replace=False)) for n in (3, 10, 25, 40)]
@@ -92,12 +94,12 @@ def test_recommendations_with_the_index_are_the_exact_ones(library: str, run: Pa
             assert not exclude_seen or not ids & set(history)
 
 
-@pytest.mark.parametrize("library", LIBRARIES)
+@pytest.mark.parametrize(("library", "kind"), LIBRARIES)
 def test_a_tampered_or_stale_index_is_not_used(
-    library: str, run: Path, capsys: pytest.CaptureFixture[str]
+    library: str, kind: str, run: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rec = Recommender.from_run(run, exact=True)
-    build_index(rec, library=library, sample=20)
+    build_index(rec, library=library, kind=kind, sample=20)
     data = bytearray((run / "index.bin").read_bytes())
     data[-10] ^= 0xFF
     (run / "index.bin").write_bytes(bytes(data))
@@ -105,7 +107,7 @@ def test_a_tampered_or_stale_index_is_not_used(
         Recommender.from_run(run)
     # an index of other weights (a grown or retrained model): scored exactly, and said
     torch.manual_seed(1)
-    other = ItemIndex.build(torch.randn(rec.n_items, 16), None, library=library)
+    other = ItemIndex.build(torch.randn(rec.n_items, 16), None, library=library, kind=kind)
     RunDir(run).save_index(other.to_bytes())
     assert Recommender.from_run(run).index is None
     assert "built from other weights" in capsys.readouterr().err
@@ -117,7 +119,7 @@ def test_cli_index_recommend_exact_and_remove(
     pytest.importorskip("faiss")
     assert main(["index", str(run), "--sample", "30"]) == 0
     out = capsys.readouterr().out
-    assert "item index of 60 items (faiss, HNSW m 32, ef 200/256)" in out
+    assert "item index of 60 items (faiss ivf, 1 lists, 1 searched)" in out
     assert "recall@10 against exact scoring 1.0000 on 30 histories" in out
     rec = Recommender.from_run(run)
     history = ",".join(str(i) for i in rec.item_ids[:5])
@@ -161,3 +163,26 @@ def test_a_large_catalogue_gets_its_index_when_trained(
     monkeypatch.setattr("seqrec.serving.indexing.MIN_RECALL", 0.98)
     index = index_if_large(run, progress=False)
     assert index is not None and (run / "index.bin").exists()
+
+
+def test_an_ivf_index_searches_the_fewest_lists_that_reach_the_target() -> None:
+    pytest.importorskip("faiss")
+    torch.manual_seed(0)
+    weight, queries = torch.randn(4000, 16), torch.randn(200, 16)  # no groups: hard for lists
+    exact = torch.topk(queries @ weight.T, 10).indices.numpy() + 1
+    index = ItemIndex.build(weight, None, nlist=64)
+    assert (index.kind, index.nlist) == ("ivf", 64)
+    tried: dict[int, float] = {}
+
+    def recall_of(ix: ItemIndex) -> float:
+        found = ix.search(queries, 10)
+        hits = [len(set(f) & set(e)) for f, e in zip(found, exact, strict=True)]
+        tried[ix.nprobe] = sum(hits) / (10 * len(hits))
+        return tried[ix.nprobe]
+
+    got = choose_nprobe(index, recall_of, target=0.95)
+    assert got >= 0.95 and got == tried[index.nprobe]
+    assert list(tried) == [8, 16, 32, 64][: len(tried)] and index.nprobe == list(tried)[-1]
+    assert len(tried) > 1 and all(tried[n] < 0.95 for n in list(tried)[:-1])  # the fewest
+    assert choose_nprobe(index, recall_of, target=1.01) == 1.0 and index.nprobe == 64  # capped
+    assert ItemIndex.from_bytes(index.to_bytes(), "index.bin").nprobe == 64  # kept in the file

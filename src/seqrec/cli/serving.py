@@ -21,6 +21,7 @@ from seqrec.errors import ConfigError, SeqrecError
 from seqrec.outputs import check_out_file
 from seqrec.serving.export import FORMATS, QUANTIZED, export_run
 from seqrec.serving.files import read_histories, write_recommendations
+from seqrec.serving.indexing import TARGET_RECALL
 from seqrec.serving.recommender import Recommender
 from seqrec.training.rundir import RunDir
 from seqrec.training.setup import resolve_device
@@ -193,24 +194,32 @@ def cmd_index(args: argparse.Namespace) -> int:
         RunDir(args.run, trust=args.trust).save_index(None)
         print(f"{args.run}: item index removed (every item scored)")
         return 0
-    for flag in ("m", "ef_construction", "ef_search", "sample"):
-        if getattr(args, flag) < 1:
+    for flag in ("m", "ef_construction", "ef_search", "sample", "nlist", "nprobe"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
             raise ConfigError(f"--{flag.replace('_', '-')}: expected >= 1")
+    kind = args.kind or ("ivf" if args.library == "faiss" else "hnsw")
+    if kind == "ivf" and args.library != "faiss":
+        raise ConfigError(f"--kind ivf: an ivf index is faiss's; {args.library} builds hnsw")
+    if not 0 < args.target <= 1:
+        raise ConfigError(f"--target: expected a recall in (0, 1], got {args.target}")
     rec = Recommender.from_run(args.run, trust=args.trust, exact=True)
     index = build_index(
         rec,
         library=args.library,
+        kind=kind,
         m=args.m,
         ef_construction=args.ef_construction,
         ef_search=args.ef_search,
+        nlist=args.nlist,
+        nprobe=args.nprobe,
+        target=args.target,
         sample=args.sample,
     )
     r = index.recall
     print(
-        f"{args.run}: item index of {index.n_items:,} items ({index.library}, HNSW m {index.m}, "
-        f"ef {index.ef_construction}/{index.ef_search}) built in {r['build_seconds']:.1f} s; "
-        f"recall@10 against exact scoring {r['recall@10']:.4f} on {int(r['histories']):,} "
-        "histories"
+        f"{args.run}: item index of {index.n_items:,} items ({index.describe()}) built in "
+        f"{r['build_seconds']:.1f} s; recall@10 against exact scoring {r['recall@10']:.4f} on "
+        f"{int(r['histories']):,} histories"
     )
     return 0
 
@@ -225,9 +234,24 @@ def add_parsers(sub: Any) -> None:
     )
     p.add_argument("run", metavar="RUN_DIR")
     p.add_argument("--library", choices=["faiss", "usearch"], default="faiss")
-    p.add_argument("--m", type=int, default=32, help="HNSW links per node (default 32)")
-    p.add_argument("--ef-construction", type=int, default=200)
-    p.add_argument("--ef-search", type=int, default=256)
+    p.add_argument(
+        "--kind",
+        choices=["ivf", "hnsw"],
+        help="ivf (k-means lists, faiss; the default with faiss) or hnsw (a graph)",
+    )
+    p.add_argument("--nlist", type=int, help="ivf: lists (default about 4 sqrt(items))")
+    p.add_argument(
+        "--nprobe", type=int, help="ivf: lists searched (default: the fewest reaching --target)"
+    )
+    p.add_argument(
+        "--target",
+        type=float,
+        default=TARGET_RECALL,
+        help=f"ivf: the recall@10 nprobe is chosen for (default {TARGET_RECALL})",
+    )
+    p.add_argument("--m", type=int, default=32, help="hnsw: links per node (default 32)")
+    p.add_argument("--ef-construction", type=int, default=200, help="hnsw (default 200)")
+    p.add_argument("--ef-search", type=int, default=256, help="hnsw (default 256)")
     p.add_argument("--sample", type=int, default=1000, help="histories its recall is measured on")
     p.add_argument("--remove", action="store_true", help="remove the run's index")
     _add_trust_flag(p)

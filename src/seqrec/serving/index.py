@@ -1,6 +1,16 @@
-"""Approximate top-k over a large catalogue: an HNSW graph over the model's output item vectors
-(the optional `seqrec[ann]`: faiss-cpu, or usearch), asked for more candidates than k, which are
-then scored exactly by the model and cut after the seen and excluded items are removed.
+"""Approximate top-k over a large catalogue: an index of the model's output item vectors (the
+optional `seqrec[ann]`), asked for more candidates than k, which are then scored exactly by the
+model and cut after the seen and excluded items are removed. Two kinds:
+
+- "ivf" (faiss, the default): the vectors grouped into `nlist` lists by k-means; a query scores
+  the list centres and then every vector of its `nprobe` best lists. It builds in seconds where
+  a graph takes minutes, and on output vectors, which come in groups, it reaches a higher recall
+  for the same time (benchmarks/results/performance/item_index.md); `nprobe` is chosen when it
+  is built, as the smallest that reaches a recall target on a sample of histories. The largest
+  inner product is made a nearest neighbour first (each vector x gets one more number,
+  sqrt(M^2 - |x|^2) with M the largest |x|, the query a 0), so that k-means groups by
+  distance, where it is made for: at the same nprobe it finds more of the top 10.
+- "hnsw" (faiss or usearch): a navigable small-world graph searched `ef_search` wide.
 
 A model whose score is a dot product with its output layer (`SequenceModel.blockwise`: score =
 f(history) . w_i + b_i) is searched by inner product over [w_i, b_i] with the query [f, 1], so
@@ -26,6 +36,7 @@ from seqrec.errors import ConfigError, RunError
 
 __all__ = [
     "INDEX_MIN_ITEMS",
+    "KINDS",
     "LIBRARIES",
     "ItemIndex",
     "approximate_top",
@@ -37,6 +48,7 @@ __all__ = [
 ]
 
 LIBRARIES = ("faiss", "usearch")
+KINDS = ("ivf", "hnsw")
 # a finished training builds an index at and above this many items (below it exact scoring is
 # as fast: docs/results/performance.md, "Approximate top-k")
 INDEX_MIN_ITEMS = 200_000
@@ -46,17 +58,43 @@ _MAGIC = b"SEQREC-INDEX-1\n"
 def weights_digest(weight: torch.Tensor, bias: torch.Tensor | None) -> str:
     """The sha256 of the output vectors an index is built from (what makes it stale)."""
     h = hashlib.sha256()
-    h.update(weight.detach().float().cpu().contiguous().numpy().tobytes())
+    h.update(weight.detach().float().cpu().contiguous().numpy().data)  # no copy of the table
     if bias is not None:
-        h.update(bias.detach().float().cpu().contiguous().numpy().tobytes())
+        h.update(bias.detach().float().cpu().contiguous().numpy().data)
     return h.hexdigest()
 
 
-def _vectors(weight: torch.Tensor, bias: torch.Tensor | None) -> np.ndarray:
-    """(n, D + 1) float32 rows [w_i, b_i] (b = 0 without a bias)."""
-    w = weight.detach().float().cpu()
-    b = bias.detach().float().cpu() if bias is not None else torch.zeros(w.shape[0])
-    return np.ascontiguousarray(torch.cat([w, b[:, None]], dim=1).numpy())
+def default_nlist(n_items: int) -> int:
+    """The IVF lists of a catalogue of `n_items`: about 4 sqrt(n), at most n / 39 (faiss's
+    k-means wants 39 training vectors a list)."""
+    return max(1, min(int(4 * n_items**0.5), n_items // 39))
+
+
+def _vectors(
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    rows: slice | torch.Tensor,
+    max_norm2: float | None = None,
+) -> np.ndarray:
+    """(r, D + 1) float32 rows [w_i, b_i] of `rows` (b = 0 without a bias); with `max_norm2`,
+    (r, D + 2) rows [w_i, b_i, sqrt(max_norm2 - |w_i, b_i|^2)]."""
+    w = weight[rows].detach().float().cpu()
+    b = bias[rows].detach().float().cpu() if bias is not None else torch.zeros(w.shape[0])
+    x = torch.cat([w, b[:, None]], dim=1)
+    if max_norm2 is not None:
+        x = torch.cat([x, (max_norm2 - x.square().sum(1)).clamp(min=0).sqrt()[:, None]], dim=1)
+    return np.ascontiguousarray(x.numpy())
+
+
+def _max_norm2(weight: torch.Tensor, bias: torch.Tensor | None) -> float:
+    """The largest |w_i, b_i|^2, a chunk of rows at a time."""
+    return max(
+        float(np.square(_vectors(weight, bias, slice(s, s + _CHUNK))).sum(1).max())
+        for s in range(0, weight.shape[0], _CHUNK)
+    )
+
+
+_CHUNK = 1 << 18  # rows added to an index at a time (no whole-table copy)
 
 
 def _library(name: str) -> Any:
@@ -79,16 +117,19 @@ def _library(name: str) -> Any:
 
 @dataclass
 class ItemIndex:
-    """An HNSW index of a run's output item vectors; labels are internal item ids (1..n)."""
+    """An index of a run's output item vectors; labels are internal item ids (1..n)."""
 
     library: str
     n_items: int
     dim: int
     digest: str  # weights_digest of the vectors it holds
-    m: int = 32
-    ef_construction: int = 200
-    ef_search: int = 256
+    m: int = 32  # hnsw: links per node
+    ef_construction: int = 200  # hnsw
+    ef_search: int = 256  # hnsw
     recall: dict[str, float] = field(default_factory=dict)  # measured at build
+    kind: str = "hnsw"  # headers written before "ivf" existed hold a graph
+    nlist: int = 0  # ivf: lists
+    nprobe: int = 0  # ivf: lists searched
     handle: Any = field(default=None, repr=False)
 
     @classmethod
@@ -98,36 +139,70 @@ class ItemIndex:
         bias: torch.Tensor | None,
         *,
         library: str = "faiss",
+        kind: str = "ivf",
         m: int = 32,
         ef_construction: int = 200,
         ef_search: int = 256,
+        nlist: int | None = None,
+        nprobe: int = 32,
+        seed: int = 0,
     ) -> ItemIndex:
-        """The index of `weight` (n, D) and `bias` (n,), rows for items 1..n."""
+        """The index of `weight` (n, D) and `bias` (n,), rows for items 1..n (`nlist` None:
+        `default_nlist`; the k-means of "ivf" trains on a `seed`ed sample of 64 vectors a list)."""
+        if kind not in KINDS:
+            raise ConfigError(f"index kind {kind!r}: expected one of {', '.join(KINDS)}")
+        if kind == "ivf" and library != "faiss":
+            raise ConfigError(f"an ivf index is faiss's; {library} builds hnsw")
         lib = _library(library)
-        x = _vectors(weight, bias)
-        n, dim = x.shape
+        n, dim = weight.shape[0], weight.shape[1] + (2 if kind == "ivf" else 1)
         index = cls(library, n, dim, weights_digest(weight, bias), m, ef_construction, ef_search)
-        labels = np.arange(1, n + 1, dtype=np.int64)
-        if library == "faiss":
+        index.kind = kind
+        top = _max_norm2(weight, bias) if kind == "ivf" else None
+        if kind == "ivf":
+            index.nlist = min(nlist or default_nlist(n), n)
+            index.nprobe = min(nprobe, index.nlist)
+            picked = np.random.default_rng(seed).choice(n, min(n, 64 * index.nlist), replace=False)
+            index.handle = lib.IndexIVFFlat(lib.IndexFlatL2(dim), dim, index.nlist, lib.METRIC_L2)
+            index.handle.cp.seed = seed
+            index.handle.train(_vectors(weight, bias, torch.from_numpy(np.sort(picked)), top))
+        elif library == "faiss":
             inner = lib.IndexHNSWFlat(dim, m, lib.METRIC_INNER_PRODUCT)
             inner.hnsw.efConstruction = ef_construction
             index.handle = lib.IndexIDMap(inner)
-            index.handle.add_with_ids(x, labels)
         else:
             index.handle = lib.Index(
                 ndim=dim, metric="ip", dtype="f32", connectivity=m, expansion_add=ef_construction
             )
-            index.handle.add(labels, x)
+        for start in range(0, n, _CHUNK):
+            x = _vectors(weight, bias, slice(start, start + _CHUNK), top)
+            labels = np.arange(start + 1, start + 1 + len(x), dtype=np.int64)
+            if library == "faiss":
+                index.handle.add_with_ids(x, labels)
+            else:
+                index.handle.add(labels, x)
         return index
+
+    def describe(self) -> str:
+        """What it is, in a few words (the CLI's lines)."""
+        if self.kind == "ivf":
+            return f"{self.library} ivf, {self.nlist:,} lists, {self.nprobe} searched"
+        return f"{self.library} hnsw, m {self.m}, ef {self.ef_construction}/{self.ef_search}"
 
     def search(self, queries: torch.Tensor, k: int) -> np.ndarray:
         """(B, k') internal item ids of the `k` best candidates of each query (B, D) by inner
         product, k' = min(k, n); -1 where the index found fewer."""
         k = min(k, self.n_items)
-        q = torch.cat([queries.detach().float().cpu(), torch.ones(queries.shape[0], 1)], dim=1)
+        ones = torch.ones(queries.shape[0], 1)
+        extra = [ones, torch.zeros_like(ones)] if self.kind == "ivf" else [ones]  # see above
+        q = torch.cat([queries.detach().float().cpu(), *extra], dim=1)
         q_np = np.ascontiguousarray(q.numpy())
         if self.library == "faiss":
-            params = _library("faiss").SearchParametersHNSW(efSearch=max(self.ef_search, k))
+            faiss = _library("faiss")
+            params = (
+                faiss.SearchParametersIVF(nprobe=self.nprobe)
+                if self.kind == "ivf"
+                else faiss.SearchParametersHNSW(efSearch=max(self.ef_search, k))
+            )
             _, ids = self.handle.search(q_np, k, params=params)
             return np.asarray(ids, dtype=np.int64)
         self.handle.expansion_search = max(self.ef_search, k)
@@ -169,7 +244,12 @@ class ItemIndex:
                 int(meta["ef_construction"]),
                 int(meta["ef_search"]),
                 dict(meta["recall"]),
+                str(meta.get("kind", "hnsw")),
+                int(meta.get("nlist", 0)),
+                int(meta.get("nprobe", 0)),
             )
+            if index.kind not in KINDS:
+                raise ValueError(index.kind)
         except (ValueError, KeyError, TypeError):
             raise RunError(f"{where}: damaged (its header)") from None
         lib = _library(index.library)
