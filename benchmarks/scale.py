@@ -214,19 +214,21 @@ def catalogue(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     )
     evaluated = _json_line(work / "evaluate.log")
     recs = work / "recs.parquet"
-    stages.append(
-        _stage(
-            "recommend --all-users",
-            _seqrec("recommend", str(run), "--all-users", "--output", str(recs), "--quiet"),
-            work / "all_users.log",
+    all_users = None
+    if not args.no_all_users:
+        stages.append(
+            _stage(
+                "recommend --all-users",
+                _seqrec("recommend", str(run), "--all-users", "--output", str(recs), "--quiet"),
+                work / "all_users.log",
+            )
         )
-    )
-    import polars as pl
+        import polars as pl
 
-    all_users = {
-        "rows": pl.scan_parquet(recs).select(pl.len()).collect().item(),
-        "file_mib": recs.stat().st_size / 2**20,
-    }
+        all_users = {
+            "rows": pl.scan_parquet(recs).select(pl.len()).collect().item(),
+            "file_mib": recs.stat().st_size / 2**20,
+        }
     from seqrec.data.prepared import load_prepared
 
     ds = load_prepared(prep)
@@ -339,7 +341,7 @@ def _markdown(kind: str, args: argparse.Namespace, r: dict[str, Any]) -> str:
                 f"histories; on {x['histories']:,} test histories **{x['recall@10']:.4f}**, "
                 f"{x['index_s']:.1f} s against {x['exact_s']:.1f} s exact\n"
             )
-        if "all_users" in r:  # results from before the stage have none
+        if r.get("all_users"):  # results from before the stage (or without it) have none
             a = next(x for x in r["stages"] if x["stage"] == "recommend --all-users")
             md += (
                 f"- `seqrec recommend RUN --all-users`: the top 10 of every user, "
@@ -370,10 +372,14 @@ def main() -> None:
     ap.add_argument("--data", help="ml-20m: the real ratings.csv instead of the synthetic one")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir")
+    ap.add_argument("--keep", help="work in this folder (new) and keep it: the log, run, ...")
+    ap.add_argument("--no-all-users", action="store_true", help="catalogue: skip that stage")
     ap.add_argument("--name")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
-        work = Path(tmp)
+        work = Path(args.keep or tmp)
+        if args.keep:
+            work.mkdir(parents=True)  # a new folder: nothing of another run mixed in
         result = catalogue(args, work) if args.kind == "catalogue" else ml20m(args, work)
     name = args.name or {"catalogue": "scale_catalogue", "ml-20m": "scale_ml20m"}[args.kind]
     md = _markdown(args.kind, args, result)

@@ -17,7 +17,7 @@ import torch
 from seqrec.cli import main
 from seqrec.errors import ConfigError, RunError
 from seqrec.serving.index import ItemIndex, candidates_wanted, weights_digest
-from seqrec.serving.indexing import build_index, choose_nprobe, index_if_large
+from seqrec.serving.indexing import build_index, choose_breadth, index_if_large
 from seqrec.serving.recommender import Recommender
 from seqrec.training.rundir import RunDir
 
@@ -119,7 +119,7 @@ def test_cli_index_recommend_exact_and_remove(
     pytest.importorskip("faiss")
     assert main(["index", str(run), "--sample", "30"]) == 0
     out = capsys.readouterr().out
-    assert "item index of 60 items (faiss ivf, 1 lists, 1 searched)" in out
+    assert "item index of 60 items (faiss hnsw, m 32, ef 200/32)"  # the least ef tried in out
     assert "recall@10 against exact scoring 1.0000 on 30 histories" in out
     rec = Recommender.from_run(run)
     history = ",".join(str(i) for i in rec.item_ids[:5])
@@ -170,7 +170,7 @@ def test_an_ivf_index_searches_the_fewest_lists_that_reach_the_target() -> None:
     torch.manual_seed(0)
     weight, queries = torch.randn(4000, 16), torch.randn(200, 16)  # no groups: hard for lists
     exact = torch.topk(queries @ weight.T, 10).indices.numpy() + 1
-    index = ItemIndex.build(weight, None, nlist=64)
+    index = ItemIndex.build(weight, None, kind="ivf", nlist=64)
     assert (index.kind, index.nlist) == ("ivf", 64)
     tried: dict[int, float] = {}
 
@@ -180,9 +180,30 @@ def test_an_ivf_index_searches_the_fewest_lists_that_reach_the_target() -> None:
         tried[ix.nprobe] = sum(hits) / (10 * len(hits))
         return tried[ix.nprobe]
 
-    got = choose_nprobe(index, recall_of, target=0.95)
+    got = choose_breadth(index, recall_of, target=0.95)
     assert got >= 0.95 and got == tried[index.nprobe]
     assert list(tried) == [8, 16, 32, 64][: len(tried)] and index.nprobe == list(tried)[-1]
     assert len(tried) > 1 and all(tried[n] < 0.95 for n in list(tried)[:-1])  # the fewest
-    assert choose_nprobe(index, recall_of, target=1.01) == 1.0 and index.nprobe == 64  # capped
+    assert choose_breadth(index, recall_of, target=1.01) == 1.0 and index.nprobe == 64  # capped
     assert ItemIndex.from_bytes(index.to_bytes(), "index.bin").nprobe == 64  # kept in the file
+
+
+def test_a_graph_searches_the_least_ef_that_reaches_the_target() -> None:
+    pytest.importorskip("faiss")
+    torch.manual_seed(0)
+    weight, queries = torch.randn(4000, 16), torch.randn(200, 16)
+    exact = torch.topk(queries @ weight.T, 10).indices.numpy() + 1
+    index = ItemIndex.build(weight, None, m=4, ef_construction=16)  # a sparse graph: misses
+    tried: dict[int, float] = {}
+
+    def recall_of(ix: ItemIndex) -> float:
+        found = ix.search(queries, 10)
+        hits = [len(set(f) & set(e)) for f, e in zip(found, exact, strict=True)]
+        tried[ix.ef_search] = sum(hits) / (10 * len(hits))
+        return tried[ix.ef_search]
+
+    got = choose_breadth(index, recall_of, target=0.99)
+    assert list(tried) == [32, 64, 128, 256, 512, 1024][: len(tried)]
+    assert index.ef_search == list(tried)[-1] and got == tried[index.ef_search]
+    assert len(tried) > 1 and all(tried[e] < 0.99 for e in list(tried)[:-1])
+    assert got >= 0.99 or index.ef_search == 1024

@@ -197,7 +197,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     for flag in ("m", "ef_construction", "ef_search", "sample", "nlist", "nprobe"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             raise ConfigError(f"--{flag.replace('_', '-')}: expected >= 1")
-    kind = args.kind or ("ivf" if args.library == "faiss" else "hnsw")
+    kind = args.kind
     if kind == "ivf" and args.library != "faiss":
         raise ConfigError(f"--kind ivf: an ivf index is faiss's; {args.library} builds hnsw")
     if not 0 < args.target <= 1:
@@ -236,8 +236,9 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--library", choices=["faiss", "usearch"], default="faiss")
     p.add_argument(
         "--kind",
-        choices=["ivf", "hnsw"],
-        help="ivf (k-means lists, faiss; the default with faiss) or hnsw (a graph)",
+        choices=["hnsw", "ivf"],
+        default="hnsw",
+        help="hnsw (a graph; the default) or ivf (k-means lists, faiss: builds in seconds)",
     )
     p.add_argument("--nlist", type=int, help="ivf: lists (default about 4 sqrt(items))")
     p.add_argument(
@@ -247,11 +248,13 @@ def add_parsers(sub: Any) -> None:
         "--target",
         type=float,
         default=TARGET_RECALL,
-        help=f"ivf: the recall@10 nprobe is chosen for (default {TARGET_RECALL})",
+        help=f"the recall@10 the search breadth is chosen for (default {TARGET_RECALL})",
     )
     p.add_argument("--m", type=int, default=32, help="hnsw: links per node (default 32)")
     p.add_argument("--ef-construction", type=int, default=200, help="hnsw (default 200)")
-    p.add_argument("--ef-search", type=int, default=256, help="hnsw (default 256)")
+    p.add_argument(
+        "--ef-search", type=int, help="hnsw: search breadth (default: the least reaching --target)"
+    )
     p.add_argument("--sample", type=int, default=1000, help="histories its recall is measured on")
     p.add_argument("--remove", action="store_true", help="remove the run's index")
     _add_trust_flag(p)

@@ -2,15 +2,17 @@
 optional `seqrec[ann]`), asked for more candidates than k, which are then scored exactly by the
 model and cut after the seen and excluded items are removed. Two kinds:
 
-- "ivf" (faiss, the default): the vectors grouped into `nlist` lists by k-means; a query scores
-  the list centres and then every vector of its `nprobe` best lists. It builds in seconds where
-  a graph takes minutes, and on output vectors, which come in groups, it reaches a higher recall
-  for the same time (benchmarks/results/performance/item_index.md); `nprobe` is chosen when it
-  is built, as the smallest that reaches a recall target on a sample of histories. The largest
-  inner product is made a nearest neighbour first (each vector x gets one more number,
-  sqrt(M^2 - |x|^2) with M the largest |x|, the query a 0), so that k-means groups by
-  distance, where it is made for: at the same nprobe it finds more of the top 10.
-- "hnsw" (faiss or usearch): a navigable small-world graph searched `ef_search` wide.
+- "hnsw" (faiss, the default, or usearch): a navigable small-world graph, searched by inner
+  product `ef_search` wide.
+- "ivf" (faiss): the vectors grouped into `nlist` lists by k-means; a query scores the list
+  centres and then every vector of its `nprobe` best lists (when built, `nprobe` is chosen as
+  the fewest lists that reach a recall target on a sample of histories). The largest inner
+  product is made a nearest neighbour first (each vector x gets one more number,
+  sqrt(M^2 - |x|^2) with M the largest |x|, the query a 0) so that k-means groups by distance.
+  It builds in seconds where a graph takes minutes, and on vectors that come in tight groups it
+  is the faster of the two; on a trained model's output vectors, whose lengths spread widely,
+  it must search most of its lists to reach the graph's recall
+  (docs/results/performance.md, "Approximate top-k").
 
 A model whose score is a dot product with its output layer (`SequenceModel.blockwise`: score =
 f(history) . w_i + b_i) is searched by inner product over [w_i, b_i] with the query [f, 1], so
@@ -139,7 +141,7 @@ class ItemIndex:
         bias: torch.Tensor | None,
         *,
         library: str = "faiss",
-        kind: str = "ivf",
+        kind: str = "hnsw",
         m: int = 32,
         ef_construction: int = 200,
         ef_search: int = 256,

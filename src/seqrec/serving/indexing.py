@@ -16,22 +16,24 @@ from seqrec.serving.index import INDEX_MIN_ITEMS, ItemIndex
 from seqrec.serving.recommender import Recommender
 from seqrec.training.rundir import RunDir
 
-__all__ = ["MIN_RECALL", "TARGET_RECALL", "build_index", "choose_nprobe", "index_if_large"]
+__all__ = ["MIN_RECALL", "TARGET_RECALL", "build_index", "choose_breadth", "index_if_large"]
 
 # an index built after training is kept only at this recall@10 against exact scoring or more
 MIN_RECALL = 0.98
-# the recall an ivf index's nprobe is chosen for (above MIN_RECALL: the sample is not the traffic)
+# the recall an index's search breadth is chosen for (above MIN_RECALL: the sample is not the
+# traffic), and the broadest graph search tried
 TARGET_RECALL = 0.99
+MAX_EF_SEARCH = 1024
 
 
 def build_index(
     rec: Recommender,
     *,
     library: str = "faiss",
-    kind: str = "ivf",
+    kind: str = "hnsw",
     m: int = 32,
     ef_construction: int = 200,
-    ef_search: int = 256,
+    ef_search: int | None = None,
     nlist: int | None = None,
     nprobe: int | None = None,
     target: float = TARGET_RECALL,
@@ -43,9 +45,9 @@ def build_index(
     """The item index of `rec`'s model (its output vectors), its recall@k against exact
     scoring measured on `sample` histories (the training sequences of a seeded sample of its
     users, their seen items excluded; without the prepared data, histories of 20 items drawn
-    by training popularity), put in use and, with `save`, stored in the run (index.bin). An
-    "ivf" index without `nprobe` searches the fewest lists (8, 16, 32, ...) whose recall reaches
-    `target`. One line for a model whose scores are not a dot product with its output layer."""
+    by training popularity), put in use and, with `save`, stored in the run (index.bin). Without
+    `ef_search` (hnsw) or `nprobe` (ivf), the narrowest search whose recall reaches `target` is
+    chosen (`choose_breadth`). One line for a model whose scores are not a dot product with its output layer."""
     if not rec.model.blockwise:
         raise ConfigError(
             f"{rec.run.path}: a {rec.run.config.model} model's scores are not a dot product "
@@ -58,7 +60,7 @@ def build_index(
         kind=kind,
         m=m,
         ef_construction=ef_construction,
-        ef_search=ef_search,
+        ef_search=ef_search or 256,
         nlist=nlist,
         nprobe=nprobe or 8,
         seed=seed,
@@ -78,8 +80,8 @@ def build_index(
             )
             return hits / max(sum(len(e) for e in exact), 1)
 
-        if index.kind == "ivf" and nprobe is None:
-            recall = choose_nprobe(index, recall_of, target)
+        if (nprobe if index.kind == "ivf" else ef_search) is None:
+            recall = choose_breadth(index, recall_of, target)
         else:
             recall = recall_of(index)
     finally:
@@ -97,12 +99,18 @@ def build_index(
     return index
 
 
-def choose_nprobe(index: ItemIndex, recall_of: Callable[[ItemIndex], float], target: float) -> float:
-    """Set an ivf `index`'s nprobe to the fewest lists of 8, 16, 32, ... (at most all of them)
-    whose `recall_of` reaches `target`; that recall."""
-    index.nprobe = min(8, index.nlist)
-    while (recall := recall_of(index)) < target and index.nprobe < index.nlist:
-        index.nprobe = min(2 * index.nprobe, index.nlist)
+def choose_breadth(
+    index: ItemIndex, recall_of: Callable[[ItemIndex], float], target: float
+) -> float:
+    """Set how widely `index` searches to the least of a doubling series whose `recall_of`
+    reaches `target` (hnsw: ef_search 32, 64, ... at most MAX_EF_SEARCH; ivf: nprobe 8, 16, ...
+    at most every list); that recall."""
+    attr, first, cap = (
+        ("nprobe", 8, index.nlist) if index.kind == "ivf" else ("ef_search", 32, MAX_EF_SEARCH)
+    )
+    setattr(index, attr, min(first, cap))
+    while (recall := recall_of(index)) < target and getattr(index, attr) < cap:
+        setattr(index, attr, min(2 * getattr(index, attr), cap))
     return recall
 
 
@@ -138,7 +146,7 @@ def index_if_large(run_dir: Any, *, progress: bool = True) -> ItemIndex | None:
         print(
             f"{run_dir}: an item index reached recall@10 {recall:.4f} against exact scoring, "
             f"under {MIN_RECALL}: not kept, every item is scored (seqrec index RUN "
-            "--nprobe N searches more lists)",
+            "--target 1.0 searches more widely)",
             file=sys.stderr,
         )
         return None
