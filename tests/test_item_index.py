@@ -50,7 +50,9 @@ def test_candidates_wanted_by_hand() -> None:
 
 
 @pytest.mark.parametrize(("library", "kind"), LIBRARIES)
-def test_the_index_finds_the_exact_top_k_with_the_bias_in_the_search(library: str, kind: str) -> None:
+def test_the_index_finds_the_exact_top_k_with_the_bias_in_the_search(
+    library: str, kind: str
+) -> None:
     torch.manual_seed(0)
     centres = torch.randn(30, 16) * 2  # items and histories in groups, as trained vectors are
     weight = centres[torch.randint(0, 30, (3000,))] + torch.randn(3000, 16) * 0.5
@@ -70,7 +72,9 @@ def test_the_index_finds_the_exact_top_k_with_the_bias_in_the_search(library: st
 
 
 @pytest.mark.parametrize(("library", "kind"), LIBRARIES)
-def test_recommendations_with_the_index_are_the_exact_ones(library: str, kind: str, run: Path) -> None:
+def test_recommendations_with_the_index_are_the_exact_ones(
+    library: str, kind: str, run: Path
+) -> None:
     exact = Recommender.from_run(run, exact=True)
     index = build_index(exact, library=library, kind=kind, sample=50)
     assert index.recall["recall@10"] == 1.0  # 60 items: every candidate re-scored

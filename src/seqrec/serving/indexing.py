@@ -47,7 +47,8 @@ def build_index(
     users, their seen items excluded; without the prepared data, histories of 20 items drawn
     by training popularity), put in use and, with `save`, stored in the run (index.bin). Without
     `ef_search` (hnsw) or `nprobe` (ivf), the narrowest search whose recall reaches `target` is
-    chosen (`choose_breadth`). One line for a model whose scores are not a dot product with its output layer."""
+    chosen (`choose_breadth`). One line for a model whose scores are not a dot product with
+    its output layer."""
     if not rec.model.blockwise:
         raise ConfigError(
             f"{rec.run.path}: a {rec.run.config.model} model's scores are not a dot product "
@@ -76,7 +77,8 @@ def build_index(
             rec.index = index
             found = rec.recommend_encoded(histories, k)
             hits = sum(
-                len({i for i, _ in a} & {i for i, _ in e}) for a, e in zip(found, exact, strict=True)
+                len({i for i, _ in a} & {i for i, _ in e})
+                for a, e in zip(found, exact, strict=True)
             )
             return hits / max(sum(len(e) for e in exact), 1)
 
