@@ -2,7 +2,8 @@
 process's own maximum RSS).
 
     python benchmarks/scale.py catalogue [--users 1000000] [--items 1000000] [--budget 10m]
-        [--eval-users 10000] [--serve-seconds 10] [--workdir DIR] [--name scale_catalogue]
+        [--eval-users 10000] [--serve-seconds 10] [--workdir DIR | --keep DIR]
+        [--no-all-users] [--index FLAGS] [--name scale_catalogue]
     python benchmarks/scale.py ml-20m [--data ratings.csv] [--budget 10m] [--workdir DIR]
         [--name scale_ml20m]
 
@@ -10,10 +11,12 @@ process's own maximum RSS).
 10-40 items a user; no k-core on items, so every item that occurs stays in the catalogue):
 prepare; one epoch of SASRec (the `sasrec-ce` recipe's model) trained with a sampled softmax
 (1,024 negatives shared by each batch, logQ-corrected) under the budget, validated and tested
-on a seeded sample of users (`eval.sample_users`); that run's test split evaluated again alone
+on a seeded sample of users (`eval.sample_users`), its item index built at the end (or, with
+--index, by `seqrec index` as a stage of its own); that run's test split evaluated again alone
 (full ranking and the two sampled protocols; seconds per 1,000 users); every user's top 10
-written by `seqrec recommend --all-users`; `seqrec serve` on the run under wrk (8 connections,
-real histories of the log).
+written by `seqrec recommend --all-users`; the index's recall@10 against exact scoring on 2,000
+users' test histories; `seqrec serve` on the run under wrk (8 connections, real histories of
+the log).
 
 `ml-20m`: the ML-20M-format synthetic `ratings.csv` of benchmarks/speed.py prepare-scale (138,493
 users, 26,744 items, 20,000,263 ratings), or the real file with --data; prepare; BERT4Rec
@@ -131,6 +134,42 @@ def index_recall(run: Path, histories: list[np.ndarray]) -> dict[str, Any] | Non
     }
 
 
+def serve_breadths(run: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The run's index searched at each of `--serve-breadths` (ef, or nprobe for lists): its
+    recall@10 against exact scoring on the test histories and `seqrec serve` under wrk; the
+    index as built is put back after."""
+    from seqrec.data.prepared import load_prepared
+    from seqrec.serving.index import ItemIndex
+    from seqrec.training.rundir import RunDir
+
+    ds = load_prepared(run.parent / "prepared")
+    picks = np.random.default_rng(0).choice(ds.n_users, size=2000, replace=False)
+    histories = [[ds.item_ids[i - 1] for i in ds.sequences[u]] for u in picks]
+    built = RunDir(run).read_file("index.bin")
+    assert built is not None, f"{run}: no item index"
+    rows = []
+    try:
+        for breadth in (int(b) for b in args.serve_breadths.split(",")):
+            index = ItemIndex.from_bytes(built, "index.bin")
+            setattr(index, "nprobe" if index.kind == "ivf" else "ef_search", breadth)
+            RunDir(run).save_index(index.to_bytes())
+            del index
+            recall = index_recall(run, [ds.sequences[u][:-1] for u in picks])
+            assert recall is not None
+            rows.append(
+                {"breadth": breadth, **recall, "serve": _serve(run, args.serve_seconds, histories)}
+            )
+            x = rows[-1]
+            print(
+                f"breadth {breadth}: recall@10 {x['recall@10']:.4f}, "
+                f"{x['serve']['requests_per_s']:.0f} req/s, p99 {x['serve']['p99_ms']:.1f} ms",
+                flush=True,
+            )
+    finally:
+        RunDir(run).save_index(built)
+    return rows
+
+
 def _json_line(log: Path) -> dict[str, Any]:
     return json.loads(next(x for x in log.read_text().splitlines()[::-1] if x.startswith("{")))
 
@@ -204,9 +243,14 @@ def catalogue(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "train.batch_size=256",
     ]
     cmd = _train_cmd("sasrec", "sasrec-ce", prep, run, args.budget)
-    stages.append(
-        _stage("train", cmd + [x for s in sets for x in ("--set", s)], work / "train.log")
-    )
+    cmd += [x for s in sets for x in ("--set", s)]
+    if args.index is not None:  # the index in its own stage: its time and memory apart
+        cmd.append("--no-index")
+    stages.append(_stage("train", cmd, work / "train.log"))
+    if args.index is not None:
+        stages.append(
+            _stage("index", _seqrec("index", str(run), *args.index.split()), work / "index.log")
+        )
     stages.append(
         _stage(
             "evaluate", _this("--evaluate", str(run), str(args.eval_users)), work / "evaluate.log"
@@ -237,6 +281,7 @@ def catalogue(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     histories = [[ds.item_ids[i - 1] for i in ds.sequences[u]] for u in picks]
     index = index_recall(run, [ds.sequences[u][:-1] for u in picks])
     served = _serve(run, args.serve_seconds, histories)
+    breadths = serve_breadths(run, args) if args.serve_breadths else None
     return {
         "users": ds.n_users,
         "items": ds.n_items,
@@ -250,6 +295,7 @@ def catalogue(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "serve": served,
         "all_users": all_users,
         "index": index,
+        "breadths": breadths,
     }
 
 
@@ -355,6 +401,50 @@ def _markdown(kind: str, args: argparse.Namespace, r: dict[str, Any]) -> str:
     return md
 
 
+def serve_again(args: argparse.Namespace) -> None:
+    """`catalogue-serve --keep DIR --serve-breadths LIST`: the breadths of `serve_breadths` on
+    the run a `catalogue --keep DIR` left (trained and indexed at the commit its run records)."""
+    if not (args.keep and args.serve_breadths):
+        raise SystemExit("catalogue-serve: give --keep DIR (a kept catalogue) and --serve-breadths")
+    from seqrec.training.rundir import RunDir
+
+    run = Path(args.keep) / "run"
+    rows = serve_breadths(run, args)
+    metrics = RunDir(run).metrics() or {}
+    trained = {
+        k: metrics.get(k) for k in ("git_commit", "machine", "seed", "steps", "train_time_s")
+    }
+    name = args.name or "scale_catalogue_breadths"
+    lines = [
+        "# A million items: the item index's search breadth against serving speed",
+        "",
+        f"The run of a kept `scale.py catalogue` folder (trained at commit "
+        f"`{trained['git_commit']}`, {trained['steps']} steps); {len(rows)} "
+        f"breadths; `seqrec serve` (defaults but the breadth) under wrk, 8 connections, "
+        f"{args.serve_seconds:g} s each; recall@10 against exact scoring on "
+        f"{rows[0]['histories']:,} test histories.",
+        "",
+        "| index | breadth | recall@10 | req/s | p50 ms | p99 ms | errors | server RSS MiB |",
+        "|---|---|---|---|---|---|---|---|",
+        *(
+            f"| {x['index'].rsplit(',', 1)[0]} | {x['breadth']} | {x['recall@10']:.4f} | "
+            f"{x['serve']['requests_per_s']:.0f} | {x['serve']['p50_ms']:.1f} | "
+            f"{x['serve']['p99_ms']:.1f} | {x['serve']['errors']} | "
+            f"{x['serve']['rss_end_mib']:.0f} |"
+            for x in rows
+        ),
+    ]
+    md = "\n".join(lines) + "\n"
+    paths = write_results(
+        name,
+        {"kind": args.kind, "rows": rows, "run_provenance": trained},
+        md,
+        seeds={"synthetic_log": args.seed, "train": 0, "candidates": 42},
+    )
+    print(md)
+    print("wrote", *paths)
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--make-catalogue":
         return make_catalogue(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), seed=0)
@@ -363,7 +453,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("kind", choices=["catalogue", "ml-20m"])
+    ap.add_argument("kind", choices=["catalogue", "catalogue-serve", "ml-20m"])
     ap.add_argument("--users", type=int, default=1_000_000)
     ap.add_argument("--items", type=int, default=1_000_000)
     ap.add_argument("--budget", default="10m")
@@ -374,8 +464,22 @@ def main() -> None:
     ap.add_argument("--workdir")
     ap.add_argument("--keep", help="work in this folder (new) and keep it: the log, run, ...")
     ap.add_argument("--no-all-users", action="store_true", help="catalogue: skip that stage")
+    ap.add_argument(
+        "--serve-breadths",
+        metavar="LIST",
+        help="catalogue: serve again with the index searched at each of these breadths "
+        "(ef, or nprobe for lists), e.g. 64,256,512",
+    )
+    ap.add_argument(
+        "--index",
+        metavar="FLAGS",
+        help="catalogue: build the item index as a stage of its own, `seqrec index RUN FLAGS` "
+        '(e.g. "--m 16"), instead of at the end of training',
+    )
     ap.add_argument("--name")
     args = ap.parse_args()
+    if args.kind == "catalogue-serve":  # the serving stages again, on a kept folder's run
+        return serve_again(args)
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         work = Path(args.keep or tmp)
         if args.keep:

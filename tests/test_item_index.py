@@ -186,7 +186,8 @@ def test_an_ivf_index_searches_the_fewest_lists_that_reach_the_target() -> None:
 
     got = choose_breadth(index, recall_of, target=0.95)
     assert got >= 0.95 and got == tried[index.nprobe]
-    assert list(tried) == [8, 16, 32, 64][: len(tried)] and index.nprobe == list(tried)[-1]
+    assert list(tried) == [8, 12, 16, 24, 32, 48, 64][: len(tried)]
+    assert index.nprobe == list(tried)[-1]
     assert len(tried) > 1 and all(tried[n] < 0.95 for n in list(tried)[:-1])  # the fewest
     assert choose_breadth(index, recall_of, target=1.01) == 1.0 and index.nprobe == 64  # capped
     assert ItemIndex.from_bytes(index.to_bytes(), "index.bin").nprobe == 64  # kept in the file
@@ -207,7 +208,21 @@ def test_a_graph_searches_the_least_ef_that_reaches_the_target() -> None:
         return tried[ix.ef_search]
 
     got = choose_breadth(index, recall_of, target=0.99)
-    assert list(tried) == [32, 64, 128, 256, 512, 1024][: len(tried)]
+    assert list(tried) == [32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024][: len(tried)]
     assert index.ef_search == list(tried)[-1] and got == tried[index.ef_search]
     assert len(tried) > 1 and all(tried[e] < 0.99 for e in list(tried)[:-1])
     assert got >= 0.99 or index.ef_search == 1024
+
+
+def test_seqrec_train_builds_the_index_unless_told_not_to(
+    tiny_runs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("faiss")
+    monkeypatch.setattr("seqrec.serving.indexing.INDEX_MIN_ITEMS", 50)  # the tiny log's 60
+    small = ["--set", "sasrec.max_len=10", "--set", "sasrec.d_model=16"]
+    train = ["train", "sasrec", "--data", str(tiny_runs["data"]), "--quiet", *small]
+    for name, extra in (("with", []), ("without", ["--no-index"])):
+        argv = [*train, "--out", str(tmp_path / name), "--set", "train.max_epochs=1", *extra]
+        assert main(argv) == 0
+    assert ItemIndex.from_bytes((tmp_path / "with" / "index.bin").read_bytes(), "index.bin")
+    assert not (tmp_path / "without" / "index.bin").exists()

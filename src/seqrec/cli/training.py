@@ -149,7 +149,8 @@ def _train(
         )
     if not r.main:
         return 0
-    index_if_large(result.run_dir, progress=not args.quiet)
+    if not args.no_index:
+        index_if_large(result.run_dir, progress=not args.quiet)
     m = result.metrics
     label = run_label(cfg.model, cfg.train.loss)
     if "test" in m:  # a run trained on every item has nothing held out to test
@@ -164,12 +165,21 @@ def _train(
     return 0
 
 
+def _add_no_index_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--no-index",
+        action="store_true",
+        help="no item index at the end, whatever the catalogue (seqrec index RUN builds one)",
+    )
+
+
 def add_parsers(sub: Any) -> None:
     p = sub.add_parser("train", help="train a model; the run directory gets everything")
     p.add_argument("model", choices=list(registry.MODELS))
     _add_data_flags(p, out_help="the run directory (created; must be new unless --resume)")
     p.add_argument("--time-budget", metavar="DURATION", help="wall clock for training: 20m, 1h")
     p.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
+    _add_no_index_flag(p)
     _add_items_flags(p)
     _add_run_out_flags(p)
     p.set_defaults(func=cmd_train)
@@ -185,6 +195,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--force", action="store_true", help="prepare again even if unchanged")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--resume", action="store_true", help="continue the interrupted refit in --out")
+    _add_no_index_flag(p)
     p.add_argument(
         "--all",
         action="store_true",

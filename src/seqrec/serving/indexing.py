@@ -22,7 +22,7 @@ __all__ = ["MIN_RECALL", "TARGET_RECALL", "build_index", "choose_breadth", "inde
 MIN_RECALL = 0.98
 # the recall an index's search breadth is chosen for (above MIN_RECALL: the sample is not the
 # traffic), and the broadest graph search tried
-TARGET_RECALL = 0.99
+TARGET_RECALL = 0.985
 MAX_EF_SEARCH = 1024
 
 
@@ -104,16 +104,22 @@ def build_index(
 def choose_breadth(
     index: ItemIndex, recall_of: Callable[[ItemIndex], float], target: float
 ) -> float:
-    """Set how widely `index` searches to the least of a doubling series whose `recall_of`
-    reaches `target` (hnsw: ef_search 32, 64, ... at most MAX_EF_SEARCH; ivf: nprobe 8, 16, ...
-    at most every list); that recall."""
+    """Set how widely `index` searches to the least of a series of breadths, each 1.5 or 4/3
+    times the one before (hnsw: ef_search 32, 48, 64, 96, ... at most MAX_EF_SEARCH; ivf:
+    nprobe 8, 12, 16, 24, ... at most every list), whose `recall_of` reaches `target`; that
+    recall."""
     attr, first, cap = (
         ("nprobe", 8, index.nlist) if index.kind == "ivf" else ("ef_search", 32, MAX_EF_SEARCH)
     )
     setattr(index, attr, min(first, cap))
     while (recall := recall_of(index)) < target and getattr(index, attr) < cap:
-        setattr(index, attr, min(2 * getattr(index, attr), cap))
+        setattr(index, attr, min(_wider(getattr(index, attr)), cap))
     return recall
+
+
+def _wider(breadth: int) -> int:
+    """The next breadth: 2^j -> 1.5 x 2^j -> 2^(j + 1)."""
+    return breadth * 3 // 2 if breadth & (breadth - 1) == 0 else breadth * 4 // 3
 
 
 def _sample_histories(rec: Recommender, sample: int, rng: np.random.Generator) -> list[Any]:
