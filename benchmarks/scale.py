@@ -339,7 +339,7 @@ def ml20m(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 def _markdown(kind: str, args: argparse.Namespace, r: dict[str, Any]) -> str:
     head = {
-        "catalogue": "# A million items and a million users",
+        "catalogue": f"# A synthetic log of {args.users:,} users over up to {args.items:,} items",
         "ml-20m": "# ML-20M scale, end to end",
     }[kind]
     rows = "".join(
@@ -416,7 +416,7 @@ def serve_again(args: argparse.Namespace) -> None:
     }
     name = args.name or "scale_catalogue_breadths"
     lines = [
-        "# A million items: the item index's search breadth against serving speed",
+        "# A large catalogue: the item index's search breadth against serving speed",
         "",
         f"The run of a kept `scale.py catalogue` folder (trained at commit "
         f"`{trained['git_commit']}`, {trained['steps']} steps); {len(rows)} "
