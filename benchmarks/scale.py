@@ -135,9 +135,9 @@ def index_recall(run: Path, histories: list[np.ndarray]) -> dict[str, Any] | Non
 
 
 def serve_breadths(run: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The run's index searched at each of `--serve-breadths` (ef, or nprobe for lists): its
-    recall@10 against exact scoring on the test histories and `seqrec serve` under wrk; the
-    index as built is put back after."""
+    """The run's index searched at each of `--serve-breadths` (ef, or nprobe for lists; 0: no
+    index, every item scored): its recall@10 against exact scoring on the test histories and
+    `seqrec serve` under wrk; the index as built is put back after."""
     from seqrec.data.prepared import load_prepared
     from seqrec.serving.index import ItemIndex
     from seqrec.training.rundir import RunDir
@@ -150,15 +150,26 @@ def serve_breadths(run: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     try:
         for breadth in (int(b) for b in args.serve_breadths.split(",")):
-            index = ItemIndex.from_bytes(built, "index.bin")
-            setattr(index, "nprobe" if index.kind == "ivf" else "ef_search", breadth)
-            RunDir(run).save_index(index.to_bytes())
-            del index
-            recall = index_recall(run, [ds.sequences[u][:-1] for u in picks])
-            assert recall is not None
-            rows.append(
-                {"breadth": breadth, **recall, "serve": _serve(run, args.serve_seconds, histories)}
-            )
+            if breadth == 0:  # no index: every item scored
+                RunDir(run).save_index(None)
+                exact = {"index": "none (exact)", "recall@10": 1.0, "histories": len(picks)}
+                rows.append(
+                    {"breadth": 0, **exact, "serve": _serve(run, args.serve_seconds, histories)}
+                )
+            else:
+                index = ItemIndex.from_bytes(built, "index.bin")
+                setattr(index, "nprobe" if index.kind == "ivf" else "ef_search", breadth)
+                RunDir(run).save_index(index.to_bytes())
+                del index
+                recall = index_recall(run, [ds.sequences[u][:-1] for u in picks])
+                assert recall is not None
+                rows.append(
+                    {
+                        "breadth": breadth,
+                        **recall,
+                        "serve": _serve(run, args.serve_seconds, histories),
+                    }
+                )
             x = rows[-1]
             print(
                 f"breadth {breadth}: recall@10 {x['recall@10']:.4f}, "
@@ -427,7 +438,7 @@ def serve_again(args: argparse.Namespace) -> None:
         "| index | breadth | recall@10 | req/s | p50 ms | p99 ms | errors | server RSS MiB |",
         "|---|---|---|---|---|---|---|---|",
         *(
-            f"| {x['index'].rsplit(',', 1)[0]} | {x['breadth']} | {x['recall@10']:.4f} | "
+            f"| {x['index'].rsplit(',', 1)[0]} | {x['breadth'] or '—'} | {x['recall@10']:.4f} | "
             f"{x['serve']['requests_per_s']:.0f} | {x['serve']['p50_ms']:.1f} | "
             f"{x['serve']['p99_ms']:.1f} | {x['serve']['errors']} | "
             f"{x['serve']['rss_end_mib']:.0f} |"
@@ -468,7 +479,7 @@ def main() -> None:
         "--serve-breadths",
         metavar="LIST",
         help="catalogue: serve again with the index searched at each of these breadths "
-        "(ef, or nprobe for lists), e.g. 64,256,512",
+        "(ef, or nprobe for lists; 0: no index), e.g. 0,64,256,512",
     )
     ap.add_argument(
         "--index",
