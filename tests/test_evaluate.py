@@ -106,6 +106,30 @@ def test_negatives_never_touch_history_and_are_distinct(n: int) -> None:
         assert np.array_equal(negs, again)  # same seed -> same candidates
 
 
+def test_a_catalogue_past_the_dense_bound_is_drawn_for_many_users_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The dense fallback's bound (max_cells / catalogue rows) was also the step of the draws: a
+    catalogue of ten million items drew for one user at a time."""
+    pre = preprocess(synthetic_interactions(n_users=600, n_items=150, seed=3))
+    seqs = pre.sequences
+    users = leave_one_out(seqs).test.users
+    steps: list[int] = []
+    take = Sequences.take
+    monkeypatch.setattr(
+        Sequences, "take", lambda self, rows: steps.append(len(rows)) or take(self, rows)
+    )
+    for n in (10, 100):  # the stream; the fallback, in pieces of the bound (300 // 151 = 1 row)
+        steps.clear()
+        negs = sample_negatives(seqs, users, n=n, seed=7, max_cells=300)
+        assert steps == [256, 256, len(users) - 512]
+        for e, u in enumerate(users):
+            row = negs[e][negs[e] != 0]
+            assert len(set(row.tolist())) == len(row)
+            assert not set(row.tolist()) & set(seqs[u].tolist())
+            assert len(row) == min(n, seqs.n_items - len(set(seqs[u].tolist())))
+
+
 def test_popularity_sampling_follows_weights() -> None:
     seqs = Sequences.from_lists([[1]] * 4000, n_items=11)
     w = np.array([0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 10], dtype=np.float64)  # item 11 is 10x

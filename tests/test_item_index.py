@@ -226,3 +226,22 @@ def test_seqrec_train_builds_the_index_unless_told_not_to(
         assert main(argv) == 0
     assert ItemIndex.from_bytes((tmp_path / "with" / "index.bin").read_bytes(), "index.bin")
     assert not (tmp_path / "without" / "index.bin").exists()
+
+
+def test_an_index_file_written_before_kinds_existed_reads_as_a_graph() -> None:
+    pytest.importorskip("faiss")
+    torch.manual_seed(0)
+    weight, queries = torch.randn(500, 8), torch.randn(20, 8)
+    index = ItemIndex.build(weight, None, kind="hnsw")
+    data = index.to_bytes()
+    magic, rest = data[: data.index(b"\n") + 1], data[data.index(b"\n") + 1 :]
+    head, _, payload = rest.partition(b"\n")
+    meta = json.loads(head)
+    for key in ("kind", "nlist", "nprobe"):  # what an older header lacks
+        del meta[key]
+    old = ItemIndex.from_bytes(magic + json.dumps(meta).encode() + b"\n" + payload, "index.bin")
+    assert (old.kind, old.nlist, old.nprobe) == ("hnsw", 0, 0)
+    np.testing.assert_array_equal(old.search(queries, 10), index.search(queries, 10))
+    meta["kind"] = "lsh"  # a kind this version does not know
+    with pytest.raises(RunError, match=r"index.bin: damaged \(its header\)"):
+        ItemIndex.from_bytes(magic + json.dumps(meta).encode() + b"\n" + payload, "index.bin")

@@ -28,6 +28,11 @@ def item_popularity(seqs: Sequences) -> np.ndarray:
     return np.bincount(seqs.items, minlength=seqs.n_items + 1).astype(np.int64)
 
 
+# the fewest users drawn for at a time, whatever the catalogue (above 65,536 items it is more
+# than the dense fallback's bound; below, the bound is larger and the draws are as they were)
+MIN_CHUNK_USERS = 256
+
+
 def sample_negatives(
     seqs: Sequences,
     users: np.ndarray,
@@ -56,7 +61,11 @@ def sample_negatives(
     out = np.zeros((len(users), n), dtype=np.int32)
     zero = w == 0  # never a candidate: padding and zero-weight items
     n_zero = int(zero.sum())
-    chunk = max(1, max_cells // n_cols)
+    # users a step: the fallback's dense (rows, catalogue) mask bounds it, but never below
+    # MIN_CHUNK_USERS (a catalogue of millions would draw one user at a time; the fallback
+    # then takes its rows in pieces of that bound)
+    dense_rows = max(1, max_cells // n_cols)
+    chunk = max(MIN_CHUNK_USERS, dense_rows)
     for lo in range(0, len(users), chunk):
         rows = np.asarray(users[lo : lo + chunk])
         seen_seqs = seqs.take(rows)
@@ -82,8 +91,9 @@ def sample_negatives(
             block[todo[done]] = draws[done][sel[done]].reshape(-1, n)
             todo, draws = todo[~done], draws[~done]
             m *= 2
-        rest = np.flatnonzero(block[:, 0] == 0)  # rows the stream did not finish
-        if len(rest):
+        unfinished = np.flatnonzero(block[:, 0] == 0)  # rows the stream did not finish
+        for at in range(0, len(unfinished), dense_rows):
+            rest = unfinished[at : at + dense_rows]
             mask = np.repeat(zero[None, :], len(rest), axis=0)
             mine = seen[np.isin(seen // n_cols, rest)]
             mask[np.searchsorted(rest, mine // n_cols), mine % n_cols] = True

@@ -12,7 +12,7 @@ model and cut after the seen and excluded items are removed. Two kinds:
   It builds in seconds where a graph takes minutes, and on vectors that come in tight groups it
   is the faster of the two; on a trained model's output vectors, whose lengths spread widely,
   it must search most of its lists to reach the graph's recall
-  (docs/results/performance.md, "Approximate top-k").
+  (docs/scaling.md, "Large catalogues").
 
 A model whose score is a dot product with its output layer (`SequenceModel.blockwise`: score =
 f(history) . w_i + b_i) is searched by inner product over [w_i, b_i] with the query [f, 1], so
@@ -52,7 +52,7 @@ __all__ = [
 LIBRARIES = ("faiss", "usearch")
 KINDS = ("ivf", "hnsw")
 # a finished training builds an index at and above this many items (below it exact scoring is
-# as fast: docs/results/performance.md, "Approximate top-k")
+# as fast: docs/scaling.md, "Large catalogues")
 INDEX_MIN_ITEMS = 200_000
 _MAGIC = b"SEQREC-INDEX-1\n"
 
