@@ -9,7 +9,12 @@ import pytest
 import torch
 
 from seqrec.config import default_config
-from seqrec.data.candidates import _gumbel_top_n, item_popularity, sample_negatives
+from seqrec.data.candidates import (
+    _gumbel_top_n,
+    _inverse_cdf,
+    item_popularity,
+    sample_negatives,
+)
 from seqrec.data.preprocess import Sequences, preprocess
 from seqrec.data.split import EvalSet, leave_one_out
 from seqrec.data.synthetic import synthetic_interactions
@@ -128,6 +133,14 @@ def test_a_catalogue_past_the_dense_bound_is_drawn_for_many_users_at_a_time(
             assert len(set(row.tolist())) == len(row)
             assert not set(row.tolist()) & set(seqs[u].tolist())
             assert len(row) == min(n, seqs.n_items - len(set(seqs[u].tolist())))
+
+
+def test_the_sorted_lookup_of_draws_is_searchsorted() -> None:
+    rng = np.random.default_rng(0)
+    w = rng.random(1001) * (rng.random(1001) < 0.7)  # zero weights: runs of equal cdf values
+    cdf = np.cumsum(w) / w.sum()
+    u = np.concatenate([rng.random(3000), cdf[rng.integers(0, 1001, 200)]]).reshape(100, 32)
+    np.testing.assert_array_equal(_inverse_cdf(cdf, u), np.searchsorted(cdf, u, side="right"))
 
 
 def test_popularity_sampling_follows_weights() -> None:
