@@ -137,6 +137,10 @@ def test_cli_index_recommend_exact_and_remove(
     assert Recommender.from_run(run).index is None
     assert main(["index", str(run), "--ef-search", "0"]) == 2
     assert "--ef-search: expected >= 1" in capsys.readouterr().err
+    assert main(["index", str(run), "--nprobe", "4"]) == 2  # a setting of the other kind
+    assert "--nprobe: not a setting of a hnsw index" in capsys.readouterr().err
+    assert main(["index", str(run), "--kind", "ivf", "--library", "usearch"]) == 2
+    assert "an ivf index is faiss's" in capsys.readouterr().err
 
 
 def test_a_model_not_scored_by_a_dot_product_has_no_index(

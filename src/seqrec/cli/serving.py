@@ -200,6 +200,10 @@ def cmd_index(args: argparse.Namespace) -> int:
     kind = args.kind
     if kind == "ivf" and args.library != "faiss":
         raise ConfigError(f"--kind ivf: an ivf index is faiss's; {args.library} builds hnsw")
+    other = ("nlist", "nprobe") if kind == "hnsw" else ("m", "ef_construction", "ef_search")
+    for flag in other:
+        if getattr(args, flag) is not None:
+            raise ConfigError(f"--{flag.replace('_', '-')}: not a setting of a {kind} index")
     if not 0 < args.target <= 1:
         raise ConfigError(f"--target: expected a recall in (0, 1], got {args.target}")
     rec = Recommender.from_run(args.run, trust=args.trust, exact=True)
@@ -207,8 +211,8 @@ def cmd_index(args: argparse.Namespace) -> int:
         rec,
         library=args.library,
         kind=kind,
-        m=args.m,
-        ef_construction=args.ef_construction,
+        m=args.m or 32,
+        ef_construction=args.ef_construction or 200,
         ef_search=args.ef_search,
         nlist=args.nlist,
         nprobe=args.nprobe,
@@ -250,8 +254,8 @@ def add_parsers(sub: Any) -> None:
         default=TARGET_RECALL,
         help=f"the recall@10 the search breadth is chosen for (default {TARGET_RECALL})",
     )
-    p.add_argument("--m", type=int, default=32, help="hnsw: links per node (default 32)")
-    p.add_argument("--ef-construction", type=int, default=200, help="hnsw (default 200)")
+    p.add_argument("--m", type=int, help="hnsw: links per node (default 32)")
+    p.add_argument("--ef-construction", type=int, help="hnsw (default 200)")
     p.add_argument(
         "--ef-search", type=int, help="hnsw: search breadth (default: the least reaching --target)"
     )

@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 LIBRARIES = ("faiss", "usearch")
-KINDS = ("ivf", "hnsw")
+KINDS = ("hnsw", "ivf")
 # a finished training builds an index at and above this many items (below it exact scoring is
 # as fast: docs/scaling.md, "Large catalogues")
 INDEX_MIN_ITEMS = 200_000

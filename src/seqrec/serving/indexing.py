@@ -92,7 +92,7 @@ def build_index(
         f"recall@{k}": recall,
         "histories": len(histories),
         "build_seconds": seconds,
-        "seconds": time.perf_counter() - start,  # with the recall measured (and nprobe chosen)
+        "seconds": time.perf_counter() - start,  # with the recall measured, the breadth chosen
     }
     with rec._lock:
         rec.index = index
