@@ -9,6 +9,7 @@ import importlib.util
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -173,21 +174,28 @@ def test_a_large_catalogue_gets_its_index_when_trained(
     assert index is not None and (run / "index.bin").exists()
 
 
-def test_an_ivf_index_searches_the_fewest_lists_that_reach_the_target() -> None:
-    pytest.importorskip("faiss")
+def _breadth_trial(attr: str) -> tuple[torch.Tensor, dict[int, float], Any]:
+    """Random (ungrouped: hard to search) item vectors, and a recall_of for choose_breadth
+    that records each breadth (`attr` of the index) it was asked at and the recall there."""
     torch.manual_seed(0)
-    weight, queries = torch.randn(4000, 16), torch.randn(200, 16)  # no groups: hard for lists
+    weight, queries = torch.randn(4000, 16), torch.randn(200, 16)
     exact = torch.topk(queries @ weight.T, 10).indices.numpy() + 1
-    index = ItemIndex.build(weight, None, kind="ivf", nlist=64)
-    assert (index.kind, index.nlist) == ("ivf", 64)
     tried: dict[int, float] = {}
 
     def recall_of(ix: ItemIndex) -> float:
         found = ix.search(queries, 10)
         hits = [len(set(f) & set(e)) for f, e in zip(found, exact, strict=True)]
-        tried[ix.nprobe] = sum(hits) / (10 * len(hits))
-        return tried[ix.nprobe]
+        tried[getattr(ix, attr)] = sum(hits) / (10 * len(hits))
+        return tried[getattr(ix, attr)]
 
+    return weight, tried, recall_of
+
+
+def test_an_ivf_index_searches_the_fewest_lists_that_reach_the_target() -> None:
+    pytest.importorskip("faiss")
+    weight, tried, recall_of = _breadth_trial("nprobe")
+    index = ItemIndex.build(weight, None, kind="ivf", nlist=64)
+    assert (index.kind, index.nlist) == ("ivf", 64)
     got = choose_breadth(index, recall_of, target=0.95)
     assert got >= 0.95 and got == tried[index.nprobe]
     assert list(tried) == [8, 12, 16, 24, 32, 48, 64][: len(tried)]
@@ -199,18 +207,8 @@ def test_an_ivf_index_searches_the_fewest_lists_that_reach_the_target() -> None:
 
 def test_a_graph_searches_the_least_ef_that_reaches_the_target() -> None:
     pytest.importorskip("faiss")
-    torch.manual_seed(0)
-    weight, queries = torch.randn(4000, 16), torch.randn(200, 16)
-    exact = torch.topk(queries @ weight.T, 10).indices.numpy() + 1
+    weight, tried, recall_of = _breadth_trial("ef_search")
     index = ItemIndex.build(weight, None, m=4, ef_construction=16)  # a sparse graph: misses
-    tried: dict[int, float] = {}
-
-    def recall_of(ix: ItemIndex) -> float:
-        found = ix.search(queries, 10)
-        hits = [len(set(f) & set(e)) for f, e in zip(found, exact, strict=True)]
-        tried[ix.ef_search] = sum(hits) / (10 * len(hits))
-        return tried[ix.ef_search]
-
     got = choose_breadth(index, recall_of, target=0.99)
     assert list(tried) == [32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024][: len(tried)]
     assert index.ef_search == list(tried)[-1] and got == tried[index.ef_search]

@@ -9,10 +9,9 @@ model and cut after the seen and excluded items are removed. Two kinds:
   the fewest lists that reach a recall target on a sample of histories). The largest inner
   product is made a nearest neighbour first (each vector x gets one more number,
   sqrt(M^2 - |x|^2) with M the largest |x|, the query a 0) so that k-means groups by distance.
-  It builds in seconds where a graph takes minutes, and on vectors that come in tight groups it
-  is the faster of the two; on a trained model's output vectors, whose lengths spread widely,
-  it must search most of its lists to reach the graph's recall
-  (docs/scaling.md, "Large catalogues").
+  It builds in seconds where a graph takes minutes; which of the two finds more at a given
+  speed depends on the vectors (`python benchmarks/speed.py item-index --run RUN` measures a
+  run's own; docs/scaling.md, "Large catalogues").
 
 A model whose score is a dot product with its output layer (`SequenceModel.blockwise`: score =
 f(history) . w_i + b_i) is searched by inner product over [w_i, b_i] with the query [f, 1], so
