@@ -1,18 +1,21 @@
 """A run's manifest (sha256.json): the digest of every file a loader reads, by file name, and
 those being replaced (pending). RunDir records digests before it moves a file into place and
-checks a file's digest before it reads it (seqrec.training.rundir)."""
+checks a file's digest before it reads it (seqrec.training.rundir); weights are hashed as they
+are written (`save_hashed`)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+import torch
 
 from seqrec.errors import RunError
 from seqrec.files import bound, read_checked
 from seqrec.outputs import DIGESTS, PENDING
 
-__all__ = ["covered", "digest_map", "read_digests", "verify"]
+__all__ = ["covered", "digest_map", "read_digests", "save_hashed", "verify"]
 
 
 def verify(root: Path, name: str, digest: str, digests: dict[str, Any] | None) -> None:
@@ -69,3 +72,52 @@ def digest_map(data: Any) -> bool:
     return isinstance(data, dict) and all(
         isinstance(k, str) and isinstance(v, str) and len(v) == 64 for k, v in data.items()
     )
+
+
+class _HashedFile:
+    """The file `torch.save` writes through: its many small writes gathered into pieces of up
+    to `PIECE` bytes, each written, then hashed."""
+
+    PIECE = 1 << 22
+
+    def __init__(self, f: IO[bytes], digest: Any) -> None:
+        self.f, self.digest = f, digest
+        self.pending = bytearray()
+        self.error: OSError | None = None
+
+    def write(self, data: Any) -> int:
+        n = len(data)
+        if len(self.pending) + n < self.PIECE:
+            self.pending += data
+            return n
+        self._out(self.pending)
+        self.pending = bytearray()
+        self._out(data)  # a large piece (a tensor's bytes) as it is, not copied
+        return n
+
+    def _out(self, data: Any) -> None:
+        try:
+            self.f.write(data)
+        except OSError as err:  # kept: torch may pass it on as its own RuntimeError
+            self.error = err
+            raise
+        self.digest.update(data)
+
+    def flush(self) -> None:
+        self._out(self.pending)
+        self.pending = bytearray()
+        if hasattr(self.f, "flush"):
+            self.f.flush()
+
+
+def save_hashed(obj: Any, f: IO[bytes], digest: Any) -> None:
+    """torch.save(obj) into `f`, its bytes hashed into `digest`; a failed write is its
+    OSError (a full disk names the file, as any other write)."""
+    out = _HashedFile(f, digest)
+    try:
+        torch.save(obj, out)  # type: ignore[arg-type]
+        out.flush()
+    except RuntimeError:
+        if out.error is not None:
+            raise out.error from None
+        raise

@@ -74,7 +74,7 @@ from seqrec.outputs import (
 from seqrec.provenance import atomic_write, write_json
 from seqrec.training.events import EventLog
 from seqrec.training.lock import hold
-from seqrec.training.manifest import covered, read_digests, verify
+from seqrec.training.manifest import covered, read_digests, save_hashed, verify
 
 if TYPE_CHECKING:
     from seqrec.config import RunConfig
@@ -236,7 +236,7 @@ class RunDir:
         try:
             # streamed to the file and hashed as it goes: a checkpoint of a catalogue of
             # millions (the weights and Adam's moments) is never also held as bytes
-            atomic_write(fresh, lambda f: _save_hashed(obj, f, digest))
+            atomic_write(fresh, lambda f: save_hashed(obj, f, digest))
             changes = {name: digest.hexdigest()}
             moving = name == CHECKPOINT and target.exists()
             if moving:  # the current checkpoint becomes the previous one
@@ -472,35 +472,3 @@ def load_tensors(path: Path, data: bytes | IO[bytes] | None = None) -> Any:
         raise RunError(
             f"{path}: refused, not a tensors-only seqrec file or damaged ({first})"
         ) from None
-
-
-class _HashedFile:
-    """The file `torch.save` writes through: each chunk written, then hashed."""
-
-    def __init__(self, f: IO[bytes], digest: Any) -> None:
-        self.f, self.digest = f, digest
-        self.error: OSError | None = None
-
-    def write(self, data: Any) -> int:
-        try:
-            n = self.f.write(data)
-        except OSError as err:  # kept: torch may pass it on as its own RuntimeError
-            self.error = err
-            raise
-        self.digest.update(data)
-        return n
-
-    def flush(self) -> None:
-        self.f.flush()
-
-
-def _save_hashed(obj: Any, f: IO[bytes], digest: Any) -> None:
-    """torch.save(obj) into `f`, its bytes hashed into `digest`; a failed write is its
-    OSError (a full disk names the file, as any other write)."""
-    out = _HashedFile(f, digest)
-    try:
-        torch.save(obj, out)  # type: ignore[arg-type]
-    except RuntimeError:
-        if out.error is not None:
-            raise out.error from None
-        raise
