@@ -37,6 +37,7 @@ SIZES: dict[str, list[str]] = {
     "caser": ["caser.d_model=16", "caser.dropout=0.1"],
     "transrec": ["transrec.d_model=16", "train.n_negatives=4"],
     "lrurec": ["lrurec.d_model=16", "lrurec.max_len=10"],
+    "hstu": ["hstu.d_model=16", "hstu.d_qk=8", "hstu.d_v=8", "hstu.max_len=10"],
 }
 
 

@@ -12,7 +12,18 @@ from typing import TYPE_CHECKING
 import torch
 
 from seqrec.errors import ConfigError
-from seqrec.models import bert4rec, bprmf, caser, fpmc, gru4rec, lrurec, ncf, sasrec, transrec
+from seqrec.models import (
+    bert4rec,
+    bprmf,
+    caser,
+    fpmc,
+    gru4rec,
+    hstu,
+    lrurec,
+    ncf,
+    sasrec,
+    transrec,
+)
 from seqrec.models.base import ModelEntry
 
 if TYPE_CHECKING:
@@ -30,6 +41,7 @@ ENTRIES: tuple[ModelEntry, ...] = (
     caser.ENTRY,
     transrec.ENTRY,
     lrurec.ENTRY,
+    hstu.ENTRY,
 )
 MODELS: dict[str, ModelEntry] = {e.name: e for e in ENTRIES}
 
