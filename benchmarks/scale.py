@@ -422,12 +422,13 @@ def serve_again(args: argparse.Namespace) -> None:
     run = Path(args.keep) / "run"
     rows = serve_breadths(run, args)
     metrics = RunDir(run).metrics() or {}
+    n_items = len(RunDir(run).vocab()["items"])
     trained = {
         k: metrics.get(k) for k in ("git_commit", "machine", "seed", "steps", "train_time_s")
     }
     name = args.name or "scale_catalogue_breadths"
     lines = [
-        "# A large catalogue: the item index's search breadth against serving speed",
+        f"# {n_items:,} items: the item index's search breadth against serving speed",
         "",
         f"The run of a kept `scale.py catalogue` folder (trained at commit "
         f"`{trained['git_commit']}`, {trained['steps']} steps); {len(rows)} "
@@ -446,9 +447,13 @@ def serve_again(args: argparse.Namespace) -> None:
         ),
     ]
     md = "\n".join(lines) + "\n"
+    # the settings read from the environment (SEQREC_MAX_MODEL_BYTES lets a 10^7-item model load)
+    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith("SEQREC_")}
+    if env:
+        md += "\n- environment: " + ", ".join(f"`{k}={v}`" for k, v in env.items()) + "\n"
     paths = write_results(
         name,
-        {"kind": args.kind, "rows": rows, "run_provenance": trained},
+        {"kind": args.kind, "rows": rows, "run_provenance": trained, "environment": env},
         md,
         seeds={"synthetic_log": args.seed, "train": 0, "candidates": 42},
     )

@@ -39,12 +39,25 @@ def check_items(
 
 
 class IdCodec:
-    """`ids[k]` is internal id `start + k`; lookups also match an id's text form."""
+    """`ids[k]` is internal id `start + k`; lookups also match an id's text form.
+
+    A vocabulary of integers (the usual log of numeric ids) is looked up in a sorted array
+    rather than a dict holding each id and its text (which at ten million items holds
+    gigabytes and takes seconds to build). Both find the same ids: an integer, an integral
+    float, or the text an integer prints as ("1193"; not "01193")."""
 
     def __init__(self, ids: Sequence[Any], start: int = 1) -> None:
         self.ids = list(ids)
         self.start = start
-        self._index: dict[Any, int] = {}
+        self._index: dict[Any, int] | None = None
+        self._values: np.ndarray | None = None  # sorted integer ids, and where each was
+        self._rows: np.ndarray | None = None
+        if self.ids and all(type(x) is int for x in self.ids):
+            values = np.asarray(self.ids, dtype=np.int64)
+            self._rows = np.argsort(values, kind="stable")  # a repeated id: its first row
+            self._values = values[self._rows]
+            return
+        self._index = {}
         for k, external in enumerate(self.ids, start=start):
             self._index.setdefault(external, k)
         for k, external in enumerate(self.ids, start=start):
@@ -61,13 +74,43 @@ class IdCodec:
 
     def lookup(self, external: Any) -> int | None:
         """The internal id of one external id, or None when it is not in the vocabulary."""
+        if self._index is None:
+            return self._lookup_number(external)
         found = self._index.get(external)
         if found is None and not isinstance(external, str):
             found = self._index.get(str(external))
         return found
 
+    def _lookup_number(self, external: Any) -> int | None:
+        """`lookup` in an integer vocabulary: what the dict of ids and their texts would find."""
+        assert self._values is not None and self._rows is not None
+        if isinstance(external, str):
+            try:
+                key = int(external)
+            except ValueError:
+                return None
+            if str(key) != external:  # " 7", "07", "7_0" are not the text of 7
+                return None
+        elif isinstance(external, int | np.integer) or (
+            isinstance(external, float | np.floating) and float(external).is_integer()
+        ):
+            key = int(external)  # an integral float finds its integer, as in a dict
+        else:
+            return None
+        if not -(2**63) <= key < 2**63:  # no int64 id
+            return None
+        at = int(np.searchsorted(self._values, key))
+        if at < len(self._values) and self._values[at] == key:
+            return int(self._rows[at]) + self.start
+        return None
+
     def encode(self, externals: Iterable[Any]) -> tuple[np.ndarray, list[Any]]:
         """External ids -> (internal ids of the known ones, in order; the unknown ones)."""
+        externals = list(externals)
+        searched = self._search(externals)
+        if searched is not None:
+            rows, known = searched
+            return rows[known], [e for e, k in zip(externals, known, strict=True) if not k]
         ids, unknown = [], []
         for external in externals:
             found = self.lookup(external)
@@ -79,7 +122,26 @@ class IdCodec:
 
     def encode_rows(self, externals: Iterable[Any]) -> np.ndarray:
         """External ids -> their internal ids, 0 for one not in the vocabulary."""
+        externals = list(externals)
+        searched = self._search(externals)
+        if searched is not None:
+            rows, known = searched
+            return np.where(known, rows, 0)
         return np.asarray([self.lookup(e) or 0 for e in externals], dtype=np.int64)
+
+    def _search(self, externals: list[Any]) -> tuple[np.ndarray, np.ndarray] | None:
+        """Integers in an integer vocabulary, all at once: (internal ids, whether each is
+        known); None for anything else (looked up one at a time)."""
+        if self._values is None or not all(type(e) is int for e in externals):
+            return None
+        assert self._rows is not None
+        try:
+            keys = np.asarray(externals, dtype=np.int64).reshape(-1)
+        except OverflowError:  # beyond int64: no such id, but say so one at a time
+            return None
+        at = np.searchsorted(self._values, keys).clip(max=len(self._values) - 1)
+        known = self._values[at] == keys
+        return (self._rows[at] + self.start).astype(np.int64), known
 
     def decode(self, internal: int) -> Any:
         """The external id of an internal one."""
