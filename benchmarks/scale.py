@@ -136,48 +136,60 @@ def index_recall(run: Path, histories: list[np.ndarray]) -> dict[str, Any] | Non
 
 def serve_breadths(run: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     """The run's index searched at each of `--serve-breadths` (ef, or nprobe for lists; 0: no
-    index, every item scored): its recall@10 against exact scoring on the test histories and
-    `seqrec serve` under wrk; the index as built is put back after."""
+    index, every item scored): its recall@10 against exact scoring on the test histories, then
+    `seqrec serve --search-breadth B` (`--exact` for 0) under wrk. The index file is read, never
+    rewritten: the recalls are measured in this process first, and freed before the servers."""
     from seqrec.data.prepared import load_prepared
-    from seqrec.serving.index import ItemIndex
-    from seqrec.training.rundir import RunDir
+    from seqrec.serving.recommender import Recommender
 
     ds = load_prepared(run.parent / "prepared")
     picks = np.random.default_rng(0).choice(ds.n_users, size=2000, replace=False)
     histories = [[ds.item_ids[i - 1] for i in ds.sequences[u]] for u in picks]
-    built = RunDir(run).read_file("index.bin")
-    assert built is not None, f"{run}: no item index"
+    inputs = [ds.sequences[u][:-1] for u in picks]
+    del ds
+    breadths = [int(b) for b in args.serve_breadths.split(",")]
+    start = time.perf_counter()
+    want = Recommender.from_run(run, exact=True).recommend_encoded(inputs, 10)
+    exact_s = time.perf_counter() - start
+    rec = Recommender.from_run(run)
+    assert rec.index is not None, f"{run}: no item index"
+    recalls: dict[int, dict[str, Any]] = {}
+    for breadth in breadths:
+        if breadth == 0:
+            recalls[0] = {"index": "none (exact)", "recall@10": 1.0, "histories": len(picks)}
+            continue
+        rec.index.set_breadth(breadth)
+        start = time.perf_counter()
+        found = rec.recommend_encoded(inputs, 10)
+        hits = sum(
+            len({i for i, _ in a} & {i for i, _ in e}) for a, e in zip(found, want, strict=True)
+        )
+        recalls[breadth] = {
+            "index": rec.index.describe(),
+            "built": rec.index.recall,
+            "histories": len(picks),
+            "recall@10": hits / sum(len(e) for e in want),
+            "index_s": time.perf_counter() - start,
+            "exact_s": exact_s,
+        }
+    del rec, want
     rows = []
-    try:
-        for breadth in (int(b) for b in args.serve_breadths.split(",")):
-            if breadth == 0:  # no index: every item scored
-                RunDir(run).save_index(None)
-                exact = {"index": "none (exact)", "recall@10": 1.0, "histories": len(picks)}
-                rows.append(
-                    {"breadth": 0, **exact, "serve": _serve(run, args.serve_seconds, histories)}
-                )
-            else:
-                index = ItemIndex.from_bytes(built, "index.bin")
-                setattr(index, "nprobe" if index.kind == "ivf" else "ef_search", breadth)
-                RunDir(run).save_index(index.to_bytes())
-                del index
-                recall = index_recall(run, [ds.sequences[u][:-1] for u in picks])
-                assert recall is not None
-                rows.append(
-                    {
-                        "breadth": breadth,
-                        **recall,
-                        "serve": _serve(run, args.serve_seconds, histories),
-                    }
-                )
-            x = rows[-1]
-            print(
-                f"breadth {breadth}: recall@10 {x['recall@10']:.4f}, "
-                f"{x['serve']['requests_per_s']:.0f} req/s, p99 {x['serve']['p99_ms']:.1f} ms",
-                flush=True,
-            )
-    finally:
-        RunDir(run).save_index(built)
+    for breadth in breadths:
+        flags = ["--exact"] if breadth == 0 else ["--search-breadth", str(breadth)]
+        rows.append(
+            {
+                "breadth": breadth,
+                **recalls[breadth],
+                "serve": _serve(run, args.serve_seconds, histories, flags),
+            }
+        )
+        x = rows[-1]
+        print(
+            f"breadth {breadth}: recall@10 {x['recall@10']:.4f}, "
+            f"{x['serve']['requests_per_s']:.0f} req/s, p99 {x['serve']['p99_ms']:.1f} ms, "
+            f"server RSS {x['serve']['rss_end_mib']:.0f} MiB",
+            flush=True,
+        )
     return rows
 
 
@@ -208,15 +220,17 @@ def _run_summary(run: Path) -> dict[str, Any]:
     }
 
 
-def _serve(run: Path, seconds: float, histories: list[list[Any]]) -> dict[str, Any]:
-    """`seqrec serve RUN` (defaults) under wrk, serve_load's measurement."""
+def _serve(
+    run: Path, seconds: float, histories: list[list[Any]], flags: list[str] | None = None
+) -> dict[str, Any]:
+    """`seqrec serve RUN` (defaults, or `flags`) under wrk, serve_load's measurement."""
     import serve_load
 
     args = SimpleNamespace(
         run=str(run), workers=1, client="wrk", seconds=seconds, clients=8, new_connections=False
     )
     bodies = [{"history": h[-200:], "k": 10} for h in histories]
-    return serve_load._load(args, [], bodies)
+    return serve_load._load(args, flags or [], bodies)
 
 
 def catalogue(args: argparse.Namespace, work: Path) -> dict[str, Any]:

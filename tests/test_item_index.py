@@ -124,7 +124,7 @@ def test_cli_index_recommend_exact_and_remove(
     pytest.importorskip("faiss")
     assert main(["index", str(run), "--sample", "30"]) == 0
     out = capsys.readouterr().out
-    assert "item index of 60 items (faiss hnsw, m 32, ef 200/32)"  # the least ef tried in out
+    assert "item index of 60 items (faiss hnsw, m 32, ef 200/32)" in out  # the least ef tried
     assert "recall@10 against exact scoring 1.0000 on 30 histories" in out
     rec = Recommender.from_run(run)
     history = ",".join(str(i) for i in rec.item_ids[:5])
@@ -247,3 +247,44 @@ def test_an_index_file_written_before_kinds_existed_reads_as_a_graph() -> None:
     meta["kind"] = "lsh"  # a kind this version does not know
     with pytest.raises(RunError, match=r"index.bin: damaged \(its header\)"):
         ItemIndex.from_bytes(magic + json.dumps(meta).encode() + b"\n" + payload, "index.bin")
+
+
+def test_serve_searches_the_index_as_wide_as_told(
+    run: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("faiss")
+    from seqrec.serving import service
+
+    assert main(["index", str(run), "--sample", "30", "--ef-search", "40"]) == 0
+    served: list[Recommender] = []
+    monkeypatch.setattr(service, "create_app", lambda rec, options: served.append(rec))
+    monkeypatch.setenv(service.RUN_ENV, str(run))
+    for breadth, want in ((0, 40), (7, 7)):  # 0: as built
+        monkeypatch.setenv(service.OPTIONS_ENV, json.dumps({"search_breadth": breadth}))
+        service.app_from_env()
+        assert served[-1].index is not None and served[-1].index.ef_search == want
+    monkeypatch.setenv(service.OPTIONS_ENV, json.dumps({"search_breadth": 7, "exact": True}))
+    service.app_from_env()
+    assert served[-1].index is None
+    assert "no item index in use; --search-breadth has nothing to set" in capsys.readouterr().err
+    for flags, message in (
+        (["--search-breadth", "-1"], "--search-breadth: expected >= 1"),
+        (["--search-breadth", "8", "--exact"], "--search-breadth: --exact searches no index"),
+    ):
+        assert main(["serve", str(run), *flags]) == 2
+        assert message in capsys.readouterr().err
+
+
+def test_a_breadth_sets_the_kinds_own_setting() -> None:
+    pytest.importorskip("faiss")
+    torch.manual_seed(0)
+    weight = torch.randn(200, 8)
+    graph = ItemIndex.build(weight, None, kind="hnsw", m=8, ef_search=16)
+    lists = ItemIndex.build(weight, None, kind="ivf", nlist=4, nprobe=1)
+    graph.set_breadth(50)
+    lists.set_breadth(3)
+    assert (graph.ef_search, lists.nprobe) == (50, 3)
+    lists.set_breadth(100)  # at most every list
+    assert lists.nprobe == 4
+    with pytest.raises(ConfigError, match="a search breadth is >= 1, got 0"):
+        graph.set_breadth(0)

@@ -111,6 +111,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise ConfigError(f"--{flag.replace('_', '-')}: expected a positive number of seconds")
     if args.threads < 0:
         raise ConfigError("--threads: expected >= 0 (0: torch's default)")
+    if args.search_breadth < 0:
+        raise ConfigError("--search-breadth: expected >= 1 (or 0: as the index was built)")
+    if args.search_breadth and args.exact:
+        raise ConfigError("--search-breadth: --exact searches no index")
     if not args.batch_wait_ms >= 0:
         raise ConfigError("--batch-wait-ms: expected a number of milliseconds >= 0")
 
@@ -137,6 +141,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         http=args.http,
         exclude_items=tuple(_read_ids(args.exclude_items)) if args.exclude_items else (),
         exact=args.exact,
+        search_breadth=args.search_breadth,
     )
     serve(
         args.run,
@@ -320,6 +325,14 @@ def _serve_parser(sub: Any) -> None:
         help="item ids never recommended, one a line (out of stock); unknown ids are ignored",
     )
     p.add_argument("--exact", action="store_true", help="score every item (no item index)")
+    p.add_argument(
+        "--search-breadth",
+        type=int,
+        default=0,
+        metavar="N",
+        help="search the item index N wide: its ef_search (a graph) or nprobe (lists); default "
+        "as it was built (seqrec index chose it for a recall target)",
+    )
     p.add_argument("--max-history", type=int, default=10_000, help="longest history accepted")
     p.add_argument("--max-batch", type=int, default=1024, help="histories per batch request")
     p.add_argument("--max-body", type=int, default=1_000_000, help="request body bytes")

@@ -183,6 +183,15 @@ class ItemIndex:
                 index.handle.add(labels, x)
         return index
 
+    def set_breadth(self, breadth: int) -> None:
+        """Search `breadth` wide: ef_search for a graph, nprobe (at most every list) for lists."""
+        if breadth < 1:
+            raise ConfigError(f"a search breadth is >= 1, got {breadth}")
+        if self.kind == "ivf":
+            self.nprobe = min(breadth, self.nlist)
+        else:
+            self.ef_search = breadth
+
     def describe(self) -> str:
         """What it is, in a few words (the CLI's lines)."""
         if self.kind == "ivf":

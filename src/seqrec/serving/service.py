@@ -2,7 +2,7 @@
 
     seqrec serve runs/sasrec [--host 127.0.0.1] [--port 8000] [--workers 1]
         [--api-key-env NAME] [--max-body 1000000] [--max-batch 1024] [--timeout 10]
-        [--cors-origin URL ...] [--exclude-items FILE]
+        [--cors-origin URL ...] [--exclude-items FILE] [--exact | --search-breadth N]
 
     POST /recommend        {"history": [1193, 661], "k": 10, "exclude_seen": true,
                             "candidates": null, "exclude": null}, or {"user": 42, "k": 10}
@@ -99,6 +99,9 @@ class ServeOptions:
     save_items: bool = True
     # every item scored, even where the run has an item index (seqrec.serving.index)
     exact: bool = False
+    # how widely the item index is searched: its ef_search (a graph) or nprobe (lists); 0: as
+    # it was built (`seqrec index` chose it for a recall target)
+    search_breadth: int = 0
 
 
 _OPEN = ("/health", "/ready")  # answered without a token: what probes call
@@ -355,9 +358,23 @@ def app_from_env() -> Any:
         device=os.environ.get(DEVICE_ENV) or "cpu",
         exact=options.exact,
     )
+    _set_breadth(rec, options)
     _set_connection_limits(options)
     _set_threads(options)
     return create_app(rec, options)
+
+
+def _set_breadth(rec: Recommender, options: ServeOptions) -> None:
+    """The item index searched `options.search_breadth` wide (said once without an index)."""
+    if not options.search_breadth:
+        return
+    if rec.index is None:
+        print(
+            f"{rec.run.path}: no item index in use; --search-breadth has nothing to set",
+            file=sys.stderr,
+        )
+        return
+    rec.index.set_breadth(options.search_breadth)
 
 
 def _set_threads(options: ServeOptions) -> None:
@@ -458,6 +475,7 @@ def serve(
         device=device,
         exact=options.exact,
     )
+    _set_breadth(rec, options)
     _set_threads(options)
     config = server_config(
         create_app(rec, options),
