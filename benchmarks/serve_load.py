@@ -112,6 +112,8 @@ def _post_keep_alive(port: int, body: dict) -> tuple[int, float]:
 
 
 # wrk's script: every request the next of the benchmark's bodies (one JSON body a line)
+STARTUP_S = 900  # seconds a server may take to load its run
+
 WRK_SCRIPT = """
 local bodies = {}
 for line in io.lines(os.getenv("SEQREC_BODIES")) do bodies[#bodies + 1] = line end
@@ -139,12 +141,20 @@ def _load(args: argparse.Namespace, flags: list[str], bodies: list[dict]) -> dic
     base = f"http://127.0.0.1:{port}"
     server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        for _ in range(600):
+        # a catalogue of millions takes a minute or more to load (its model and index files
+        # read and verified): wait for it, and say so if the server never answers
+        deadline = time.monotonic() + STARTUP_S
+        while True:
             try:
                 urllib.request.urlopen(base + "/health", timeout=1)
                 break
             except OSError:
-                time.sleep(0.1)
+                if server.poll() is not None or time.monotonic() > deadline:
+                    server.kill()
+                    err = server.communicate()[1].decode(errors="replace")[-2000:]
+                    said = f"seqrec serve did not come up ({' '.join(cmd)}):\n{err}"
+                    raise SystemExit(said) from None
+                time.sleep(0.2)
         for b in bodies[:50]:  # warm-up
             _post(base + "/recommend", b)
         drive = _drive_wrk if args.client == "wrk" else _drive_python

@@ -242,7 +242,10 @@ class ItemIndex:
         """An index from `to_bytes`' bytes; one RunError line when they are not one."""
         if not data.startswith(_MAGIC):
             raise RunError(f"{where}: not an item index")
-        head, _, payload = data[len(_MAGIC) :].partition(b"\n")
+        # the payload read where it lies (a slice of gigabytes would be a copy of them)
+        end = data.find(b"\n", len(_MAGIC))
+        end = len(data) if end < 0 else end
+        head, payload = data[len(_MAGIC) : end], memoryview(data)[end + 1 :]
         try:
             meta = json.loads(head)
             index = cls(
@@ -267,7 +270,7 @@ class ItemIndex:
             if index.library == "faiss":
                 index.handle = lib.deserialize_index(np.frombuffer(payload, dtype=np.uint8))
             else:
-                index.handle = lib.Index.restore(payload, view=False)
+                index.handle = lib.Index.restore(bytes(payload), view=False)
         except Exception as err:  # the libraries raise their own types for a damaged payload
             raise RunError(f"{where}: damaged ({type(err).__name__})") from None
         held = index.handle.ntotal if index.library == "faiss" else len(index.handle)

@@ -136,6 +136,8 @@ class Recommender:
         trained = run.item_ids[: len(dataset.item_ids)] if dataset is not None else []
         if dataset is not None and not same_items(dataset.item_ids, trained):
             dataset = None  # prepared again with other settings since: not this run's data
+        elif dataset is not None:
+            dataset.item_ids = trained  # the same ids: held once (ten million are 360 MB)
         vocab = RunDir(run_dir, trust=trust).vocab()
         if "popularity" in vocab:
             popularity = np.asarray(vocab["popularity"], dtype=np.float32)
