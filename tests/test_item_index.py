@@ -250,22 +250,18 @@ def test_an_index_file_written_before_kinds_existed_reads_as_a_graph() -> None:
 
 
 def test_serve_searches_the_index_as_wide_as_told(
-    run: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    run: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pytest.importorskip("faiss")
-    from seqrec.serving import service
+    pytest.importorskip("fastapi")
+    from seqrec.serving.service import ServeOptions, create_app
 
     assert main(["index", str(run), "--sample", "30", "--ef-search", "40"]) == 0
-    served: list[Recommender] = []
-    monkeypatch.setattr(service, "create_app", lambda rec, options: served.append(rec))
-    monkeypatch.setenv(service.RUN_ENV, str(run))
     for breadth, want in ((0, 40), (7, 7)):  # 0: as built
-        monkeypatch.setenv(service.OPTIONS_ENV, json.dumps({"search_breadth": breadth}))
-        service.app_from_env()
-        assert served[-1].index is not None and served[-1].index.ef_search == want
-    monkeypatch.setenv(service.OPTIONS_ENV, json.dumps({"search_breadth": 7, "exact": True}))
-    service.app_from_env()
-    assert served[-1].index is None
+        rec = Recommender.from_run(run)
+        create_app(rec, ServeOptions(search_breadth=breadth))
+        assert rec.index is not None and rec.index.ef_search == want
+    create_app(Recommender.from_run(run, exact=True), ServeOptions(search_breadth=7))
     assert "no item index in use; --search-breadth has nothing to set" in capsys.readouterr().err
     for flags, message in (
         (["--search-breadth", "-1"], "--search-breadth: expected >= 1"),

@@ -137,6 +137,8 @@ PUBLISHED: dict[str, str] = {
     "0.1857": "SASRec+ with 3,000 negatives, full NDCG@10, the BERT4Rec authors' ML-1M file "
     "(Klenitskiy & Vasilev, RecSys 2023)",
     "0.3219": "SASRec Table III, SASRec, NDCG@10 (uni100), Beauty (SASRec's own preprocessing)",
+    "0.1720": "HSTU, full NDCG@10, ML-1M, HSTU's preprocessing (Zhai et al., ICML 2024)",
+    "0.1893": "HSTU-large, full NDCG@10, ML-1M, HSTU's preprocessing (Zhai et al., ICML 2024)",
 }
 
 

@@ -243,6 +243,7 @@ def create_app(
     if unknown:
         shown = ", ".join(map(str, unknown[:5])) + (" ..." if len(unknown) > 5 else "")
         print(f"exclude_items: {len(unknown)} id(s) not in the catalogue: {shown}", file=sys.stderr)
+    _set_breadth(rec, opts)
     app = fastapi.FastAPI(
         title="seqrec",
         version=__version__,
@@ -358,7 +359,6 @@ def app_from_env() -> Any:
         device=os.environ.get(DEVICE_ENV) or "cpu",
         exact=options.exact,
     )
-    _set_breadth(rec, options)
     _set_connection_limits(options)
     _set_threads(options)
     return create_app(rec, options)
@@ -475,7 +475,6 @@ def serve(
         device=device,
         exact=options.exact,
     )
-    _set_breadth(rec, options)
     _set_threads(options)
     config = server_config(
         create_app(rec, options),
