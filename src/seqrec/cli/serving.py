@@ -309,6 +309,12 @@ def _recommend_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_recommend)
 
 
+_BREADTH_HELP = (
+    "search the item index N wide: its ef_search (a graph) or nprobe (lists); default as it "
+    "was built (seqrec index chose it for a recall target)"
+)
+
+
 def _serve_parser(sub: Any) -> None:
     p = sub.add_parser("serve", help="serve a run over HTTP (needs the serve extra)")
     p.add_argument("run", metavar="RUN_DIR")
@@ -325,14 +331,7 @@ def _serve_parser(sub: Any) -> None:
         help="item ids never recommended, one a line (out of stock); unknown ids are ignored",
     )
     p.add_argument("--exact", action="store_true", help="score every item (no item index)")
-    p.add_argument(
-        "--search-breadth",
-        type=int,
-        default=0,
-        metavar="N",
-        help="search the item index N wide: its ef_search (a graph) or nprobe (lists); default "
-        "as it was built (seqrec index chose it for a recall target)",
-    )
+    p.add_argument("--search-breadth", type=int, default=0, metavar="N", help=_BREADTH_HELP)
     p.add_argument("--max-history", type=int, default=10_000, help="longest history accepted")
     p.add_argument("--max-batch", type=int, default=1024, help="histories per batch request")
     p.add_argument("--max-body", type=int, default=1_000_000, help="request body bytes")
