@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -107,31 +108,42 @@ def evaluate_test(run: str, users: int) -> None:
     print(json.dumps({"users": len(report.users), "seconds": seconds, "metrics": report.metrics}))
 
 
-def index_recall(run: Path, histories: list[np.ndarray]) -> dict[str, Any] | None:
-    """The run's item index (built at the end of its training): what it is, and the recall@10
-    of its answers against exact scoring on `histories` (each test user's input), with the
-    seconds each way (one process, these histories in the recommender's batches)."""
+def index_recall(
+    run: Path, histories: list[np.ndarray], breadths: Sequence[int] = (0,)
+) -> dict[int, dict[str, Any]] | None:
+    """The run's item index (built at the end of its training) searched at each of `breadths`
+    (0: as built): what it is, and the recall@10 of its answers against exact scoring on
+    `histories` (each test user's input), with the seconds each way (one process, these
+    histories in the recommender's batches). The exact answers come first, their model freed
+    before the index's is loaded (at ten million items the two do not fit together with a
+    server). None when the run has no index."""
     from seqrec.serving.recommender import Recommender
 
-    rec = Recommender.from_run(run)
-    if rec.index is None:
+    if not (run / "index.bin").exists():
         return None
-    exact = Recommender.from_run(run, exact=True)
     start = time.perf_counter()
-    found = rec.recommend_encoded(histories, 10)
-    index_s = time.perf_counter() - start
-    start = time.perf_counter()
-    want = exact.recommend_encoded(histories, 10)
+    want = Recommender.from_run(run, exact=True).recommend_encoded(histories, 10)
     exact_s = time.perf_counter() - start
-    hits = sum(len({i for i, _ in a} & {i for i, _ in e}) for a, e in zip(found, want, strict=True))
-    return {
-        "index": rec.index.describe(),
-        "built": rec.index.recall,
-        "histories": len(histories),
-        "recall@10": hits / sum(len(e) for e in want),
-        "index_s": index_s,
-        "exact_s": exact_s,
-    }
+    rec = Recommender.from_run(run)
+    assert rec.index is not None, f"{run}: its index.bin holds other weights"
+    out = {}
+    for breadth in breadths:
+        if breadth:
+            rec.index.set_breadth(breadth)
+        start = time.perf_counter()
+        found = rec.recommend_encoded(histories, 10)
+        hits = sum(
+            len({i for i, _ in a} & {i for i, _ in e}) for a, e in zip(found, want, strict=True)
+        )
+        out[breadth] = {
+            "index": rec.index.describe(),
+            "built": rec.index.recall,
+            "histories": len(histories),
+            "recall@10": hits / sum(len(e) for e in want),
+            "index_s": time.perf_counter() - start,
+            "exact_s": exact_s,
+        }
+    return out
 
 
 def serve_breadths(run: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -140,7 +152,6 @@ def serve_breadths(run: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     `seqrec serve --search-breadth B` (`--exact` for 0) under wrk. The index file is read, never
     rewritten: the recalls are measured in this process first, and freed before the servers."""
     from seqrec.data.prepared import load_prepared
-    from seqrec.serving.recommender import Recommender
 
     ds = load_prepared(run.parent / "prepared")
     picks = np.random.default_rng(0).choice(ds.n_users, size=2000, replace=False)
@@ -148,31 +159,9 @@ def serve_breadths(run: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     inputs = [ds.sequences[u][:-1] for u in picks]
     del ds
     breadths = [int(b) for b in args.serve_breadths.split(",")]
-    start = time.perf_counter()
-    want = Recommender.from_run(run, exact=True).recommend_encoded(inputs, 10)
-    exact_s = time.perf_counter() - start
-    rec = Recommender.from_run(run)
-    assert rec.index is not None, f"{run}: no item index"
-    recalls: dict[int, dict[str, Any]] = {}
-    for breadth in breadths:
-        if breadth == 0:
-            recalls[0] = {"index": "none (exact)", "recall@10": 1.0, "histories": len(picks)}
-            continue
-        rec.index.set_breadth(breadth)
-        start = time.perf_counter()
-        found = rec.recommend_encoded(inputs, 10)
-        hits = sum(
-            len({i for i, _ in a} & {i for i, _ in e}) for a, e in zip(found, want, strict=True)
-        )
-        recalls[breadth] = {
-            "index": rec.index.describe(),
-            "built": rec.index.recall,
-            "histories": len(picks),
-            "recall@10": hits / sum(len(e) for e in want),
-            "index_s": time.perf_counter() - start,
-            "exact_s": exact_s,
-        }
-    del rec, want
+    recalls = index_recall(run, inputs, [b for b in breadths if b])
+    assert recalls is not None, f"{run}: no item index"
+    recalls[0] = {"index": "none (exact)", "recall@10": 1.0, "histories": len(picks)}
     rows = []
     for breadth in breadths:
         flags = ["--exact"] if breadth == 0 else ["--search-breadth", str(breadth)]
@@ -304,7 +293,7 @@ def catalogue(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     rng = np.random.default_rng(0)
     picks = rng.choice(ds.n_users, size=2000, replace=False)
     histories = [[ds.item_ids[i - 1] for i in ds.sequences[u]] for u in picks]
-    index = index_recall(run, [ds.sequences[u][:-1] for u in picks])
+    index = (index_recall(run, [ds.sequences[u][:-1] for u in picks]) or {}).get(0)
     served = _serve(run, args.serve_seconds, histories)
     breadths = serve_breadths(run, args) if args.serve_breadths else None
     return {

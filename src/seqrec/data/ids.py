@@ -83,7 +83,6 @@ class IdCodec:
 
     def _lookup_number(self, external: Any) -> int | None:
         """`lookup` in an integer vocabulary: what the dict of ids and their texts would find."""
-        assert self._values is not None and self._rows is not None
         if isinstance(external, str):
             try:
                 key = int(external)
@@ -97,12 +96,10 @@ class IdCodec:
             key = int(external)  # an integral float finds its integer, as in a dict
         else:
             return None
-        if not -(2**63) <= key < 2**63:  # no int64 id
+        searched = self._search([key])
+        if searched is None or not searched[1][0]:  # None: beyond int64, so no id
             return None
-        at = int(np.searchsorted(self._values, key))
-        if at < len(self._values) and self._values[at] == key:
-            return int(self._rows[at]) + self.start
-        return None
+        return int(searched[0][0])
 
     def encode(self, externals: Iterable[Any]) -> tuple[np.ndarray, list[Any]]:
         """External ids -> (internal ids of the known ones, in order; the unknown ones)."""
