@@ -13,8 +13,9 @@ one real matmul each), and ν, θ, γ are learnt in log space, λ's modulus init
 the ring [r_min, r_max]. Training computes every h_t at once, where a padding item contributes
 nothing: by the parallel scan the authors use (recursive doubling over a length padded to a
 power of two: log2(L) steps, each combining the halves of blocks of twice the size), or by
-chunks (`scan = "chunked"`, the default: the same states by two batched matmuls with λ's
-powers); scoring reads the last position. The scores are the last
+chunks (`scan = "chunked"`, the default: the same states, every chunk's own by C element-wise
+steps taken for all chunks at once, the chunks' last states carried by one batched matmul with
+λ's powers); scoring reads the last position. The scores are the last
 hidden state times the item embedding plus an item bias. Trained with the next-item task on
 every position and cross-entropy over the whole catalogue (the authors' trainer), AdamW.
 """
@@ -64,8 +65,8 @@ class LRURecConfig:
     # How the recurrence is computed in training, the same states either way (to float
     # rounding; tests/test_lrurec.py): "doubling", the authors' recursive doubling (log2(L)
     # passes of element-wise work and copies); "chunked", every chunk of SCAN_CHUNK positions
-    # from its own inputs by one batched matmul with the matrix of λ's powers, then the chunks'
-    # last states carried across the chunks by a second, small one (a speed option:
+    # from its own inputs by SCAN_CHUNK element-wise steps (all chunks at once), then the
+    # chunks' last states carried across the chunks by one small batched matmul (a speed option:
     # docs/results/baselines.md, "LRURec on ML-1M")
     scan: Literal["chunked", "doubling"] = "chunked"
 
@@ -127,7 +128,7 @@ def _scan(h: torch.Tensor, lamb: torch.Tensor, real: torch.Tensor) -> torch.Tens
     return h
 
 
-SCAN_CHUNK = 8  # positions per chunk of the chunked scan (timed: 8 against 4, 16, 32, 64)
+SCAN_CHUNK = 8  # positions per chunk of the chunked scan (timed: 8 and 10 alike; 4, 20, 40 slower)
 
 
 def _powers(log_lamb: torch.Tensor, exponents: torch.Tensor) -> torch.Tensor:
@@ -145,7 +146,7 @@ def _lower(powers: torch.Tensor) -> torch.Tensor:
 def _scan_chunked(h: torch.Tensor, lamb: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
     """The states of `_scan` at the real positions, by chunks: with padding inputs zeroed (a
     padding item contributes nothing, as in `_scan`), a chunk's states from its own inputs are
-    T u (T[t, s] = λ^(t-s), s <= t), and a chunk's incoming state is the chunks before it,
+    s_t = λ s_(t-1) + u_t within it, and a chunk's incoming state is the chunks before it,
     each chunk's last local state carried by λ^C per chunk (the same triangle, over chunks)."""
     B, L, D = h.shape
     C = min(SCAN_CHUNK, L)
@@ -155,7 +156,14 @@ def _scan_chunked(h: torch.Tensor, lamb: torch.Tensor, real: torch.Tensor) -> to
     u = (h * real[..., None].to(h.real.dtype)).reshape(B, N, C, D)
     log_lamb = torch.log(lamb)
     powers = _powers(log_lamb, torch.arange(C + 1, device=h.device))  # λ^0..λ^C
-    local = torch.einsum("tsd,bnsd->bntd", _lower(powers[:C]), u)  # within each chunk
+    # within each chunk, every chunk at once: C steps of s_t = λ s_(t-1) + u_t (the same
+    # T u as one batched matmul over the channels, which copies u into the channels-first
+    # layout and back: measured twice the time forward and backward)
+    inputs = u.unbind(2)  # one backward copy (a slice each would zero-fill u's size each)
+    states = [inputs[0]]
+    for t in range(1, C):
+        states.append(lamb * states[-1] + inputs[t])
+    local = torch.stack(states, dim=2)  # (B, N, C, D)
     if N == 1:
         return local.reshape(B, L, D)
     across = _lower(_powers(log_lamb, C * torch.arange(N, device=h.device)))  # λ^(C (n - m))
