@@ -439,17 +439,24 @@ def serve_again(args: argparse.Namespace) -> None:
         f"{args.serve_seconds:g} s each; recall@10 against exact scoring on "
         f"{rows[0]['histories']:,} test histories.",
         "",
-        "| index | breadth | recall@10 | req/s | p50 ms | p99 ms | errors | server RSS MiB |",
-        "|---|---|---|---|---|---|---|---|",
+        "| index | breadth | recall@10 | req/s | p50 ms | p99 ms | errors | server RSS MiB "
+        "| batch | ms a batch | model busy | cores busy |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
         *(
             f"| {x['index'].rsplit(',', 1)[0]} | {x['breadth'] or '—'} | {x['recall@10']:.4f} | "
             f"{x['serve']['requests_per_s']:.0f} | {x['serve']['p50_ms']:.1f} | "
             f"{x['serve']['p99_ms']:.1f} | {x['serve']['errors']} | "
-            f"{x['serve']['rss_end_mib']:.0f} |"
+            f"{x['serve']['rss_end_mib']:.0f} | {_batching_cells(x['serve'])} |"
             for x in rows
         ),
     ]
     md = "\n".join(lines) + "\n"
+    md += (
+        "\nbatch: the mean number of requests a micro-batch held; ms a batch: the scoring "
+        "thread's time on one (the model, the index search, the exact re-scoring); model busy: "
+        "that thread's share of the load's wall time; cores busy: the machine's cores' share "
+        "(the server and wrk).\n"
+    )
     # the settings read from the environment (SEQREC_MAX_MODEL_BYTES lets a 10^7-item model load)
     env = {k: v for k, v in sorted(os.environ.items()) if k.startswith("SEQREC_")}
     if env:
@@ -462,6 +469,16 @@ def serve_again(args: argparse.Namespace) -> None:
     )
     print(md)
     print("wrote", *paths)
+
+
+def _batching_cells(serve: dict[str, Any]) -> str:
+    """The micro-batching columns of a served row (— where the load did not record them)."""
+    b, cpu = serve.get("micro_batching"), serve.get("cpu_busy")
+    cells = ["—"] * 3 if not b else [f"{b['mean_batch']:.1f}", f"{b['ms_per_batch']:.1f}"]
+    if b:
+        cells.append(f"{100 * b['scoring_busy']:.0f} %")
+    cells.append("—" if cpu is None else f"{100 * cpu:.0f} %")
+    return " | ".join(cells)
 
 
 def main() -> None:

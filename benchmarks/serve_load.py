@@ -67,6 +67,35 @@ def _rss_cell(http: dict) -> str:
     )
 
 
+def _batching(base: str, before: dict | None = None) -> dict | None:
+    """The server's micro-batching counts (GET /model), less `before`'s; None if it has none."""
+    try:
+        with urllib.request.urlopen(base + "/model", timeout=30) as r:
+            now = json.loads(r.read()).get("micro_batching")
+    except (OSError, ValueError):
+        return None
+    if now is None or before is None:
+        return now
+    return {k: now[k] - before[k] for k in ("batches", "requests", "scoring_s")}
+
+
+def _cpu_times() -> tuple[float, float] | None:
+    """(busy, total) jiffies of every core (/proc/stat); None where there is none."""
+    try:
+        fields = [float(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def _busy(before: tuple[float, float] | None, after: tuple[float, float] | None) -> float | None:
+    """The fraction of every core's time busy between two `_cpu_times`."""
+    if before is None or after is None:
+        return None
+    return (after[0] - before[0]) / max(after[1] - before[1], 1e-9)
+
+
 def _post(url: str, body: dict) -> tuple[int, float]:
     """One request on a new connection (urllib)."""
     data = json.dumps(body).encode()
@@ -159,14 +188,26 @@ def _load(args: argparse.Namespace, flags: list[str], bodies: list[dict]) -> dic
             _post(base + "/recommend", b)
         drive = _drive_wrk if args.client == "wrk" else _drive_python
         rss_start = _rss_mib(server.pid)
+        batched, cpu = _batching(base), _cpu_times()
         http = drive(args, port, bodies)
+        batched, cpu_busy = _batching(base, batched), _busy(cpu, _cpu_times())
         rss_end = _rss_mib(server.pid)
     finally:
         server.terminate()
         server.wait(timeout=30)
+    if args.workers > 1:  # /model answers for one worker process: its counts are not the load's
+        batched = None
+    if batched is not None and batched["batches"]:
+        batched = {
+            "mean_batch": batched["requests"] / batched["batches"],
+            "ms_per_batch": 1000 * batched["scoring_s"] / batched["batches"],
+            "scoring_busy": batched["scoring_s"] / http["wall_s"],
+        }
     return {
         "serve_flags": " ".join(flags),
         **http,
+        "micro_batching": batched,  # the load's batches: size, scoring time, the model's busy share
+        "cpu_busy": cpu_busy,  # the machine's cores busy during the load (Linux), a fraction of all
         "rss_start_mib": rss_start,
         "rss_end_mib": rss_end,
         "rss_growth": (rss_end / rss_start - 1) if rss_start and rss_end else None,

@@ -46,6 +46,10 @@ def test_concurrent_requests_share_calls_and_get_their_own_answers() -> None:
     sizes = [size for size, _, _ in model.calls]
     assert sum(sizes) == 20 and max(sizes) <= 8 and len(sizes) <= 4  # 20 requests, <= 4 calls
     assert (b.batches, b.requests) == (len(sizes), 20)
+    # each call slept 0.05 s on the scoring thread: the stats count that time, and only that
+    stats = b.stats()
+    assert (stats["batches"], stats["requests"]) == (len(sizes), 20)
+    assert 0.05 * len(sizes) <= stats["scoring_s"] < 0.05 * len(sizes) + 0.5
 
 
 def test_requests_with_other_k_or_exclude_seen_are_scored_apart() -> None:

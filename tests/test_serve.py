@@ -88,6 +88,16 @@ def test_health_model_and_docs(server: tuple[str, Recommender]) -> None:
     assert status == 200 and "/recommend" in spec["paths"] and "/recommend/batch" in spec["paths"]
 
 
+def test_model_counts_the_micro_batches(server: tuple[str, Recommender]) -> None:
+    url, rec = server
+    before = _call(url, "/model")[1]["micro_batching"]
+    assert _call(url, "/recommend", {"history": rec.item_ids[:3], "k": 2})[0] == 200
+    after = _call(url, "/model")[1]["micro_batching"]
+    # one request alone: one batch of one, scored in a positive time
+    assert (after["batches"], after["requests"]) == (before["batches"] + 1, before["requests"] + 1)
+    assert after["scoring_s"] > before["scoring_s"]
+
+
 def test_recommend_equals_the_library(server: tuple[str, Recommender]) -> None:
     url, rec = server
     history = rec.item_ids[:5]

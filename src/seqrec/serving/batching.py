@@ -59,8 +59,9 @@ class MicroBatcher:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="seqrec-score")
         self._queue: asyncio.Queue[_Request] | None = None
         self._task: asyncio.Task[None] | None = None
-        self.batches = 0  # scored so far, and how many requests they held (for /model)
-        self.requests = 0
+        self.batches = 0  # scored so far, how many requests they held, and the seconds the
+        self.requests = 0  # scoring thread spent on them (GET /model: `stats`)
+        self.scoring_s = 0.0
 
     async def recommend(
         self, ids: np.ndarray, k: int, exclude_seen: bool, user: int, deadline: float | None
@@ -103,7 +104,7 @@ class MicroBatcher:
             groups.setdefault((r.k, r.exclude_seen), []).append(r)
         for (k, exclude_seen), rs in groups.items():
             histories, users = [r.ids for r in rs], [r.user for r in rs]
-            call = functools.partial(self._score, histories, k, exclude_seen, users)
+            call = functools.partial(self._timed, histories, k, exclude_seen, users)
             try:
                 answers = await self.run(call)
             except Exception as e:  # every request of the group learns it
@@ -116,6 +117,21 @@ class MicroBatcher:
             for r, answer in zip(rs, answers, strict=True):
                 if not r.future.done():
                     r.future.set_result(answer)
+
+    def _timed(
+        self, histories: list[np.ndarray], k: int, exclude_seen: bool, users: list[int]
+    ) -> list[Scored]:
+        start = time.perf_counter()
+        try:
+            return self._score(histories, k, exclude_seen, users)
+        finally:  # on the scoring thread, one batch at a time
+            self.scoring_s += time.perf_counter() - start
+
+    def stats(self) -> dict[str, float]:
+        """Batches scored so far, the requests they held and the scoring thread's seconds on
+        them: a mean batch size and how busy the model is (the rest of a request's time is the
+        HTTP work around it)."""
+        return {"batches": self.batches, "requests": self.requests, "scoring_s": self.scoring_s}
 
     def close(self) -> None:
         if self._task is not None:

@@ -232,6 +232,7 @@ def recommend_routes(
         max_queue=opts.max_queue,
     )
     app.router.on_shutdown.append(batcher.close)
+    app.state.batcher = batcher  # GET /model reports its stats
 
     answer, check_length, encode, items = _answerer(rec, opts, batcher)
 

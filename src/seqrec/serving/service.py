@@ -17,7 +17,7 @@
                            scored from their features (a run trained with item features),
                            recorded in the run directory -> {"added": [ids], "n_items"}; with
                            several --workers, each process adds them when it is restarted
-    GET  /model            model, dataset, metrics, version
+    GET  /model            model, dataset, metrics, version, micro-batching counts
     GET  /docs             OpenAPI documentation (Swagger UI served by the app: works offline)
 
 `exclude` (per request) and `exclude_items` (ServeOptions, `--exclude-items FILE`: every
@@ -267,7 +267,10 @@ def create_app(
 
     @app.get("/model")
     def model() -> dict[str, Any]:
-        return {**rec.info(), "version": __version__}
+        # micro_batching: the one-history requests' batches so far (seqrec.serving.batching)
+        batcher = getattr(app.state, "batcher", None)
+        stats = batcher.stats() if batcher is not None else None
+        return {**rec.info(), "version": __version__, "micro_batching": stats}
 
     @app.post("/items")
     def add_items(body: dict[str, Any] = fastapi.Body(...)) -> dict[str, Any]:  # noqa: B008
