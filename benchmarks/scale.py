@@ -474,11 +474,12 @@ def serve_again(args: argparse.Namespace) -> None:
 def _batching_cells(serve: dict[str, Any]) -> str:
     """The micro-batching columns of a served row (— where the load did not record them)."""
     b, cpu = serve.get("micro_batching"), serve.get("cpu_busy")
-    cells = ["—"] * 3 if not b else [f"{b['mean_batch']:.1f}", f"{b['ms_per_batch']:.1f}"]
-    if b:
-        cells.append(f"{100 * b['scoring_busy']:.0f} %")
-    cells.append("—" if cpu is None else f"{100 * cpu:.0f} %")
-    return " | ".join(cells)
+    cells = (
+        [f"{b['mean_batch']:.1f}", f"{b['ms_per_batch']:.1f}", f"{100 * b['scoring_busy']:.0f} %"]
+        if b
+        else ["—"] * 3
+    )
+    return " | ".join([*cells, "—" if cpu is None else f"{100 * cpu:.0f} %"])
 
 
 def main() -> None:

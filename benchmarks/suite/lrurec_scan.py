@@ -81,7 +81,7 @@ def _first_loss(ds: PreparedDataset, scan: str) -> float:
     """The first batch's loss from the recipe's initial weights, without dropout (whose masks
     are drawn over the model's width, which differs between the scans)."""
     sets = [f"lrurec.scan={scan}", "lrurec.dropout=0", "lrurec.lru_dropout=0"]
-    sets += ["train.loss_bf16=false", "train.bf16=false"]
+    sets += FP32
     training = setup(ds, load_config(RunConfig, "ml-1m-lrurec", sets))
     return float(training.step(next(iter(training.sampler.epoch(0)))))
 
@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> None:
             if s in SCANS:
                 alone[s].append(_scan_alone(s))
             steps[s].append(_steps(ds, s, args.steps))
-            print(f"round {r}: {s} scan alone {alone.get(s, [0])[-1]:.3f} s, steps", steps[s][-1])
+            said = f" scan alone {alone[s][-1]:.3f} s," if s in SCANS else ""
+            print(f"round {r}: {s}{said} steps", steps[s][-1])
     rows = {
         s: {
             "scan_alone_s": min(alone[s]),

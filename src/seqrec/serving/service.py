@@ -267,9 +267,8 @@ def create_app(
 
     @app.get("/model")
     def model() -> dict[str, Any]:
-        # micro_batching: the one-history requests' batches so far (seqrec.serving.batching)
-        batcher = getattr(app.state, "batcher", None)
-        stats = batcher.stats() if batcher is not None else None
+        # micro_batching: the one-history requests' batches so far (routes.recommend_routes)
+        stats = app.state.batcher.stats()
         return {**rec.info(), "version": __version__, "micro_batching": stats}
 
     @app.post("/items")
