@@ -22,7 +22,13 @@ class FakeModel:
         self.delay = delay
 
     def __call__(
-        self, histories: list[np.ndarray], k: int, exclude_seen: bool, users: list[int]
+        self,
+        histories: list[np.ndarray],
+        k: int,
+        exclude_seen: bool,
+        users: list[int],
+        times: Any = None,
+        at: Any = None,
     ) -> list[list[tuple[Any, float]]]:
         self.calls.append((len(histories), k, exclude_seen))
         time.sleep(self.delay)  # the model is busy: the next requests queue up

@@ -48,6 +48,7 @@ def test_a_rank_takes_a_block_of_rows_and_its_share_of_the_targets() -> None:
         targets=torch.arange(11),
         negatives=torch.arange(22).view(11, 2),  # per position
         users=torch.arange(5),
+        times=torch.arange(20).view(5, 4),  # (B, L + 1)
     )
     first, w0 = shard(batch, Ranks(rank=0, world=2), "position")
     second, w1 = shard(batch, Ranks(rank=1, world=2), "position")
@@ -62,6 +63,10 @@ def test_a_rank_takes_a_block_of_rows_and_its_share_of_the_targets() -> None:
         [20, 21],
     ]
     assert second.users is not None and second.users.tolist() == [3, 4]
+    assert second.times is not None and second.times.tolist() == [
+        list(range(12, 16)),
+        list(range(16, 20)),
+    ]
     # each mean loss weighted by its targets' share times the ranks: DDP's average of the
     # gradients is then the whole batch's mean-loss gradient
     assert (w0, w1) == pytest.approx((6 / 11 * 2, 5 / 11 * 2))

@@ -91,6 +91,7 @@ VARIANTS: dict[str, list[list[str]]] = {
     "ncf": [["ncf.n_layers=1"], ["ncf.n_layers=4", "ncf.factors=6"]],
     "fpmc": [["fpmc.user_term=false"]],
     "caser": [["caser.window=3", "caser.n_h=5", "caser.n_v=2"]],
+    "hstu": [["hstu.time_bias=true", "hstu.time_buckets=20"], ["hstu.position_bias=false"]],
 }
 
 

@@ -130,10 +130,10 @@ def test_stored_negatives_never_hold_what_the_split_knows(tmp_path: Path) -> Non
     assert drawn_test_item > 0  # 40 items, 100 negatives: the test item is often eligible
 
 
-# sha256 of the candidates (and sequences) prepared from `_write_log(seed=0)`, per format
-# version. Changing the preprocessing or the candidate sampling changes it: bump FORMAT_VERSION
-# (so old caches rebuild) and add the new digest here.
-PREPARED_DIGESTS = {2: "783855ff818c63f926c72ca1274cf292d21fd29acee8697efe0447cf3b61d495"}
+# sha256 of the candidates (and sequences, and their times) prepared from `_write_log(seed=0)`,
+# per format version. Changing the preprocessing or the candidate sampling changes it: bump
+# FORMAT_VERSION (so old caches rebuild) and add the new digest here.
+PREPARED_DIGESTS = {3: "eeda02b654bebc7df2189bef338ba5a16cbac214b28fb873884ceab71894189c"}
 
 
 def test_changing_the_sampler_needs_a_format_version_bump(tmp_path: Path) -> None:
@@ -143,6 +143,8 @@ def test_changing_the_sampler_needs_a_format_version_bump(tmp_path: Path) -> Non
 
     ds = prepare(_write_log(tmp_path / "ratings.dat"), out=tmp_path / "prep", progress=False)
     h = hashlib.sha256(ds.sequences.items.astype(np.int64).tobytes())
+    assert ds.sequences.times is not None  # a ratings.dat log: its timestamps are kept
+    h.update(ds.sequences.times.astype(np.int64).tobytes())
     for split in ("valid", "test"):
         for p, negs in sorted(ds.negatives(split).items()):
             h.update(f"{split}_{p}".encode() + negs.astype(np.int64).tobytes())

@@ -40,6 +40,7 @@ from seqrec.data.prepared import SAME_COLUMN, PreparedDataset
 from seqrec.errors import ConfigError, SeqrecError
 from seqrec.models.registry import entry
 from seqrec.outputs import check_out_dir, check_out_file
+from seqrec.serving.files import ranked_table
 from seqrec.serving.indexing import index_if_large
 from seqrec.serving.recommender import MODEL, POPULARITY, Recommender
 from seqrec.training.policy import ANY_LOG_ADAPT, refit_config
@@ -264,21 +265,19 @@ class Model:
         exclude: Sequence[Any] | None = None,
         frame: str = "auto",
         as_pandas: bool = False,
+        at: int | None = None,
     ) -> Any:
         """Top-k for users of the training data (default: all of them), after everything the
         data holds of each: a DataFrame `user, rank, item, score`, of the kind the fitted data
         was (`frame`: "auto", "polars", "pandas", "arrow"; `as_pandas` is frame="pandas").
         `filter_viewed` leaves out what a user has seen; `items` restricts the candidates;
-        `exclude` leaves these items out. An unknown user is one ConfigError line."""
+        `exclude` leaves these items out; `at`: the time the recommendations are for, seconds
+        since the epoch (default: now; read by a model of when items happened, HSTU's
+        time bias). An unknown user is one ConfigError line."""
         rec, ds = self.recommender_, self.dataset_
         kind = self._kind(frame, as_pandas)
         users = list(ds.user_ids) if users is None else list(users)
-        rows = []
-        for u in users:
-            row = rec.user_index(u)
-            if row is None:
-                raise ConfigError(f"user {u!r} is not in the training data")
-            rows.append(row)
+        rows = rec.user_rows(users)
         recs = rec.recommend_encoded(
             [ds.sequences[r] for r in rows],
             k,
@@ -286,8 +285,10 @@ class Model:
             candidates=items,
             exclude=exclude,
             users=rows,
+            times=rec.user_times(rows),
+            at=at,
         )
-        return as_kind(_table("user", users, recs), kind)
+        return as_kind(ranked_table("user", users, recs), kind)
 
     def recommend_all(
         self,
@@ -299,11 +300,12 @@ class Model:
         exclude: Sequence[Any] | None = None,
         progress: bool = True,
         replace: bool = False,
+        at: int | None = None,
     ) -> Path:
         """`recommend` for every user of the training data, written to `path` (.parquet or
         .csv) in bounded memory rather than returned (`seqrec.serving.all_users`): for a million
-        users. An existing file is refused unless `replace` (then replaced atomically).
-        Returns the path."""
+        users. An existing file is refused unless `replace` (then replaced atomically); `at`:
+        as `recommend`'s. Returns the path."""
         from seqrec.serving.all_users import write_all_users
 
         try:
@@ -318,6 +320,7 @@ class Model:
             candidates=items,
             exclude=exclude,
             progress=progress,
+            at=at,
         )
         return Path(path)
 
@@ -331,17 +334,24 @@ class Model:
         exclude: Sequence[Any] | None = None,
         frame: str = "auto",
         as_pandas: bool = False,
+        times: Sequence[Sequence[int]] | None = None,
+        at: int | None = None,
     ) -> Any:
         """Top-k for histories of item ids (oldest first; unknown items dropped): a DataFrame
         `history, rank, item, score, scored_by` (`history`: the position in `histories`;
         `scored_by`: "model", or "popularity" for an empty history, whose scores are the
-        training counts: another scale)."""
+        training counts: another scale). `times` (in the shape of `histories`, seconds) and
+        `at` (default: now): when the items happened and when the recommendations are for,
+        which a model of time (HSTU's time bias) needs and the others ignore."""
         rec = self.recommender_
         kind = self._kind(frame, as_pandas)
-        encoded = [rec.encode(h).ids for h in histories]
-        recs = rec.recommend_encoded(encoded, k, filter_viewed, candidates=items, exclude=exclude)
-        table = _table("history", list(range(len(histories))), recs)
-        by = [MODEL if len(e) else POPULARITY for e in encoded]
+        encoded, kept = rec.encode_batch(histories, times)
+        ids = [e.ids for e in encoded]
+        recs = rec.recommend_encoded(
+            ids, k, filter_viewed, candidates=items, exclude=exclude, times=kept, at=at
+        )
+        table = ranked_table("history", list(range(len(histories))), recs)
+        by = [MODEL if len(e) else POPULARITY for e in ids]
         scored_by = [by[h] for h in table.get_column("history").to_list()]
         return as_kind(table.with_columns(pl.Series("scored_by", scored_by, pl.String)), kind)
 
@@ -487,12 +497,3 @@ def load(path: str | Path, *, device: str = "auto", trust: bool = False) -> Mode
     # the run's prepared data, where it still is, for recommending to its users
     model._rec = Recommender.from_run(path, device=device, trust=trust)
     return model
-
-
-def _table(key: str, keys: Sequence[Any], recs: list[list[tuple[Any, float]]]) -> pl.DataFrame:
-    rows = [
-        (u, rank, item, score)
-        for u, rr in zip(keys, recs, strict=True)
-        for rank, (item, score) in enumerate(rr, 1)
-    ]
-    return pl.DataFrame(rows, schema=[key, "rank", "item", "score"], orient="row")

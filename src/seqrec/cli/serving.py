@@ -20,7 +20,7 @@ from seqrec.cli.common import (
 from seqrec.errors import ConfigError, SeqrecError
 from seqrec.outputs import check_out_file
 from seqrec.serving.export import FORMATS, QUANTIZED, export_run
-from seqrec.serving.files import read_histories, write_recommendations
+from seqrec.serving.files import read_timed_histories, write_recommendations
 from seqrec.serving.indexing import TARGET_RECALL
 from seqrec.serving.recommender import Recommender
 from seqrec.training.rundir import RunDir
@@ -56,17 +56,30 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         from seqrec.serving.all_users import write_all_users
 
         n = write_all_users(
-            rec, args.output, args.k, exclude, candidates=candidates, progress=not args.quiet
+            rec,
+            args.output,
+            args.k,
+            exclude,
+            candidates=candidates,
+            progress=not args.quiet,
+            at=args.at,
         )
         print(f"{n:,} users -> {args.output}")
         return 0
     if args.input:
         data = dataclasses.replace(rec.run.config.data, **_column_flags(args))
-        users, histories = read_histories(
+        users, histories, times = read_timed_histories(
             args.input, user_col=data.user_col, item_col=data.item_col, time_col=data.time_col
         )
         recs = rec.recommend_batch(
-            histories, args.k, exclude, candidates, progress=not args.quiet, users=users
+            histories,
+            args.k,
+            exclude,
+            candidates,
+            progress=not args.quiet,
+            users=users,
+            times=times,
+            at=args.at,
         )
         path = write_recommendations(args.output, users, recs, rec)
         if rec.dropped:
@@ -75,19 +88,36 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         return 0
     if args.user is not None:
         user = _parse_id(args.user)
-        recs_one = rec.recommend_user(user, args.k, exclude)
+        recs_one = rec.recommend_user(user, args.k, exclude, at=args.at)
         dropped: list[object] = []
     else:
-        enc = rec.encode(_id_list(args.history))
+        history = _id_list(args.history)
+        times = None if args.times is None else [_times(args.times)]
+        ([enc], kept) = rec.encode_batch([history], times)
         dropped = list(enc.unknown)
-        (recs_one,) = rec.recommend_encoded([enc.ids], args.k, exclude, candidates=candidates)
+        (recs_one,) = rec.recommend_encoded(
+            [enc.ids],
+            args.k,
+            exclude,
+            candidates=candidates,
+            times=kept,
+            at=args.at,
+        )
+    _print_recommendations(rec, recs_one, dropped, args.json)
+    return 0
+
+
+def _print_recommendations(
+    rec: Recommender, recs: list[tuple[Any, float]], dropped: list[object], as_json: bool
+) -> None:
+    """One history's top-k: JSON, or a Markdown table (with titles where known)."""
     rows = [
         {"rank": r, "item": item, "score": score, **(rec.describe(item) or {})}
-        for r, (item, score) in enumerate(recs_one, start=1)
+        for r, (item, score) in enumerate(recs, start=1)
     ]
-    if args.json:
+    if as_json:
         print(json.dumps({"items": rows, "dropped": dropped}))
-        return 0
+        return
     if dropped:
         print(f"dropped {len(dropped)} unknown item id(s): {dropped[:10]}", file=sys.stderr)
     has_title = any("title" in r for r in rows)
@@ -96,7 +126,14 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     for r in rows:
         title = f" {r.get('title', '')} |" if has_title else ""
         print(f"| {r['rank']} | {r['item']} | {r['score']:.4f} |{title}")
-    return 0
+
+
+def _times(text: str) -> list[int]:
+    """ "978300760,978302109" -> [978300760, 978302109]: --times, seconds since the epoch."""
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ConfigError(f"--times {text!r}: expected whole seconds, comma-separated") from None
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -284,6 +321,17 @@ def _recommend_parser(sub: Any) -> None:
     p = sub.add_parser("recommend", help="top-k items for a history, a user, or a file of them")
     p.add_argument("run", metavar="RUN_DIR")
     p.add_argument("--history", help="item ids, oldest first: 1193,661,914 ('' = none)")
+    p.add_argument(
+        "--times",
+        help="when each --history item happened, seconds since the epoch: 978300760,... (a "
+        "model of time, HSTU's time bias, needs them; an --input log gives its time column)",
+    )
+    p.add_argument(
+        "--at",
+        type=int,
+        help="the time the recommendations are for, seconds since the epoch (default: now; "
+        "read by a model of time)",
+    )
     p.add_argument("--user", help="a user of the training data")
     p.add_argument("--input", help="a CSV/Parquet log with columns user,item[,timestamp]")
     p.add_argument(

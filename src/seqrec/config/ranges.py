@@ -29,6 +29,7 @@ _RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = {
     "d_qk": (1, _MAX_WIDTH, False, False),
     "d_v": (1, _MAX_WIDTH, False, False),
     "temperature": (0, None, True, False),
+    "time_buckets": (1, 65536, False, False),
     "n_h": (0, _MAX_WIDTH, False, False),
     "n_v": (0, _MAX_WIDTH, False, False),
     "window": (1, 1024, False, False),

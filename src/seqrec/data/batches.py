@@ -43,6 +43,7 @@ import torch
 
 from seqrec.data.negatives import NegativeSampler, check_pack
 from seqrec.data.preprocess import Sequences, left_pad
+from seqrec.data.rows import length_grouped, pack_rows, packed_slots, sliding_windows
 
 __all__ = [
     "Batch",
@@ -118,6 +119,9 @@ class Batch:
     # (B,) int64 internal user index of each row (next-item rows, unpacked), for the models with
     # a per-user term (SequenceModel.uses_users)
     users: torch.Tensor | None = None
+    # (B, L + 1) int64 seconds, for a model that reads them (SequenceModel.uses_times): each
+    # input's time (0 for padding), then the time of the last position's target
+    times: torch.Tensor | None = None
 
     @property
     def size(self) -> int:
@@ -135,6 +139,8 @@ class Batch:
             if self.users is None:
                 raise ValueError("the model reads each row's user; this batch has none")
             out["users"] = self.users
+        if self.times is not None:
+            out["times"] = self.times
         return out
 
     def index(self) -> torch.Tensor:
@@ -165,89 +171,8 @@ class Batch:
             move(self.position_ids),
             self.n_sequences,
             move(self.users),
+            move(self.times),
         )
-
-
-def _length_grouped(
-    lengths: np.ndarray, batch_size: int, bucket_batches: int, rng: np.random.Generator
-) -> list[np.ndarray]:
-    """Sample indices split into batches: shuffled, sorted by length within pools of
-    `bucket_batches` batches (so a batch is cut to little padding), batch order shuffled."""
-    perm = rng.permutation(len(lengths))
-    pool = batch_size * max(1, bucket_batches)
-    batches = []
-    for lo in range(0, len(perm), pool):
-        chunk = perm[lo : lo + pool]
-        if bucket_batches > 1:
-            chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
-        batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
-    return [batches[i] for i in rng.permutation(len(batches))]
-
-
-def pack_rows(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """Place sequences of `lengths` (B,) side by side in rows: (row, offset of its first slot,
-    row width). Vectorised: the number of rows is the total length over the longest, and the
-    sequences, longest first, are dealt to the rows in snake order (0..R-1, R-1..0, ...), which
-    evens out the rows; the width is the fullest row's length. On ML-1M batches of 128 it keeps
-    ~1.17 slots per item (first-fit decreasing, a Python loop per sequence: 1.01; unpacked 1.87).
-    """
-    lengths = np.asarray(lengths, dtype=np.int64)
-    n = len(lengths)
-    if n == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), 0
-    n_rows = int(-(-lengths.sum() // max(1, int(lengths.max()))))
-    order = np.argsort(-lengths, kind="stable")
-    k = np.empty(n, dtype=np.int64)
-    k[order] = np.arange(n) % (2 * n_rows)
-    row = np.where(k < n_rows, k, 2 * n_rows - 1 - k)
-    # offsets: a running sum of lengths within each row, in dealing order
-    by_row = order[np.argsort(row[order], kind="stable")]
-    ends = np.cumsum(lengths[by_row])
-    row_start = np.concatenate([[0], ends[:-1]])
-    first = np.searchsorted(row[by_row], row[by_row], side="left")  # first of each one's row
-    offset = np.empty(n, dtype=np.int64)
-    offset[by_row] = row_start - row_start[first]
-    width = int((offset + lengths).max())
-    return row, offset, width
-
-
-def _packed_slots(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
-    """Where `pack_rows` puts every item of sequences of `lengths`: (seq, t, slot, rows, width),
-    the sequence of each item, its index in that sequence and its flat index in the
-    (rows, width) packed layout."""
-    row, offset, width = pack_rows(lengths)
-    seq = np.repeat(np.arange(len(lengths)), lengths)  # the sequence of every item
-    t = np.arange(len(seq)) - np.repeat(np.cumsum(lengths) - lengths, lengths)  # its index
-    slot = row[seq] * width + offset[seq] + t
-    return seq, t, slot, int(row.max()) + 1, width
-
-
-def sliding_windows(lengths: np.ndarray, max_len: int, step: float) -> tuple[np.ndarray, ...]:
-    """(row, start, end) of every training window; end is exclusive, offsets within the row.
-
-    A row of at most `max_len` items is one window. A longer row gives windows ending at its
-    last item and stepping back by int(step * max_len), plus one starting at 0; step 0 keeps only
-    the last window.
-    """
-    lengths = np.asarray(lengths, dtype=np.int64)
-    stride = int(step * max_len)
-    rows, starts = [np.arange(len(lengths))], [np.maximum(lengths - max_len, 0)]
-    if stride > 0:
-        long = np.flatnonzero(lengths > max_len)
-        extra = (lengths[long] - max_len - 1) // stride  # further windows with start > 0
-        k = np.arange(int(extra.max()) if len(extra) else 0) + 1  # steps back from the last
-        if len(k):
-            grid = lengths[long, None] - max_len - k[None, :] * stride  # (U, K)
-            valid = k[None, :] <= extra[:, None]
-            rows.append(np.broadcast_to(long[:, None], grid.shape)[valid])
-            starts.append(grid[valid])
-        rows.append(long)  # the window that starts at the first item
-        starts.append(np.zeros(len(long), dtype=np.int64))
-    row, start = np.concatenate(rows), np.concatenate(starts)
-    order = np.lexsort((start, row))
-    row, start = row[order], start[order]
-    end = np.minimum(start + max_len, lengths[row])
-    return row, start, end
 
 
 class ClozeSampler:
@@ -308,7 +233,7 @@ class ClozeSampler:
         window = np.concatenate([np.arange(n_win), last_pick])
         mask_last = np.concatenate([np.zeros(n_win, bool), np.ones(self.n_last, bool)])
         lengths = (self.win_end - self.win_start)[window]
-        for rows in _length_grouped(lengths, self.batch_size, self.cfg.bucket_batches, rng):
+        for rows in length_grouped(lengths, self.batch_size, self.cfg.bucket_batches, rng):
             yield self._make_batch(window[rows], mask_last[rows], rng)
 
     def _make_batch(
@@ -369,7 +294,7 @@ def _pack_left_padded(
     padding 0) and position ids (counted from each sample's end, as in a left-padded row of
     width `max_len`)."""
     W = arrays[0].shape[1]
-    seq, t, dst, n_rows, width = _packed_slots(lengths)
+    seq, t, dst, n_rows, width = packed_slots(lengths)
     src = seq * W + (W - lengths[seq]) + t  # flat index in the left-padded arrays
     out = []
     for a in arrays:
@@ -398,11 +323,16 @@ class NextItemSampler:
         negatives_per: str = "position",
         negative_weights: np.ndarray | None = None,
         negatives: NegativeSampler | None = None,
+        times: bool = False,
     ) -> None:
         """`negatives`: what the sampled losses draw (else `n_negatives` per `negatives_per`,
         in proportion to `negative_weights` (n_items + 1,) when given, e.g. the training
-        counts, instead of uniformly)."""
+        counts, instead of uniformly). `times`: the batches hold their items' times (`train`
+        must have them; rows unpacked)."""
         self.cfg = cfg = cfg or NextItemConfig()
+        if times and (train.times is None or cfg.pack):
+            raise ValueError("times: the sequences must have timestamps and rows be unpacked")
+        self.times = times
         self.negatives = negatives or NegativeSampler(n_negatives, negatives_per, negative_weights)
         check_pack(cfg.pack, self.negatives.n, self.negatives.per)
         self.train = train
@@ -432,7 +362,7 @@ class NextItemSampler:
     def epoch(self, epoch: int) -> Iterator[Batch]:
         rng = np.random.default_rng([self.seed, epoch])
         lengths = self.win_end - self.win_start
-        for rows in _length_grouped(lengths, self.batch_size, self.cfg.bucket_batches, rng):
+        for rows in length_grouped(lengths, self.batch_size, self.cfg.bucket_batches, rng):
             yield self._make_batch(rows, rng)
 
     def _make_batch(self, window: np.ndarray, rng: np.random.Generator) -> Batch:
@@ -445,6 +375,12 @@ class NextItemSampler:
             inputs = left_pad(self.train.items, starts, ends, width)  # (B, L) s_1..s_{T-1}
             targets = left_pad(self.train.items, starts + 1, ends + 1, width)  # (B, L) s_2..s_T
             sample = np.broadcast_to(np.arange(len(window))[:, None], inputs.shape)
+        times = None
+        if self.times:  # the inputs' times and the last target's: s_1..s_T
+            assert self.train.times is not None
+            times = torch.from_numpy(
+                left_pad(self.train.times, starts, ends + 1, inputs.shape[1] + 1)
+            )
         positions = targets != 0
         negatives, neg = None, self.negatives
         if neg.n and neg.shared:
@@ -468,13 +404,14 @@ class NextItemSampler:
             position_ids=torch.from_numpy(position_ids) if packed else None,
             n_sequences=len(window),
             users=None if packed else torch.from_numpy(self.win_user[window]),
+            times=times,
         )
 
     def _packed(self, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, ...]:
         """(inputs, targets, segments, position_ids), each (R, W), of the windows packed by
         `pack_rows`; segment b + 1 holds window b, its positions those of a left-padded row."""
         lengths = ends - starts
-        seq, t, slot, n_rows, width = _packed_slots(lengths)
+        seq, t, slot, n_rows, width = packed_slots(lengths)
         inputs, targets, segments, position_ids = (
             np.zeros(n_rows * width, dtype=np.int64) for _ in range(4)
         )

@@ -217,7 +217,17 @@ def _prepare_file(data: str, job: _Job) -> PreparedDataset:
         replace=True,  # checked above
         progress=progress,
         items=job.items,
+        timed=has_timestamps(fmt, data_cfg),
     )
+
+
+def has_timestamps(fmt: str, data_cfg: DataConfig) -> bool:
+    """Whether a file of format `fmt` read with `data_cfg` gives real timestamps: not the
+    papers' files (time-ordered lines, no times), nor a CSV or Parquet log read without a time
+    column."""
+    if fmt in PUBLISHED_FORMATS:
+        return False
+    return fmt not in ("csv", "parquet") or data_cfg.time_col is not None
 
 
 def _items_key(table: PreparedItems | None) -> dict[str, Any]:
@@ -280,6 +290,7 @@ def _prepare_in_memory(data: Any, job: _Job) -> PreparedDataset:
         replace=True,  # checked above
         progress=job.progress,
         items=job.items,
+        timed=data_cfg.time_col is not None,
     )
 
 
@@ -328,12 +339,14 @@ def prepare_frame(
     replace: bool = False,
     progress: bool = False,
     items: PreparedItems | None = None,
+    timed: bool | None = None,
 ) -> PreparedDataset:
     """Prepare an in-memory interactions table (e.g. synthetic data) into `out`; `kcore`
     (users, items) defaults to the configured thresholds, 1 (no filter) where unset. A k-core
     that removes anything says so in one line on stderr, and the dataset's stats record it
     ("kcore"). `out` must be new, empty or (with `replace`) a prepared dataset
-    (seqrec.outputs). `items`: an items table whose features the dataset keeps."""
+    (seqrec.outputs). `items`: an items table whose features the dataset keeps. `timed`: its
+    timestamps are real times, kept with the sequences (default: `data_cfg.time_col` is set)."""
     out = Path(out)
     if check_out_dir(out, "prepared") and not replace:
         raise ConfigError(f"{out}: holds a prepared dataset; replace=True replaces it")
@@ -357,6 +370,10 @@ def prepare_frame(
             "interactions (data.min_user_interactions = 1 and data.min_item_interactions = 1 "
             "keep them)",
             file=sys.stderr,
+        )
+    if data_cfg.time_col is not None if timed is None else timed:
+        pre = dataclasses.replace(
+            pre, sequences=dataclasses.replace(pre.sequences, times=pre.times)
         )
     kcore_stats = {"min_user": min_user, "min_item": min_item, "removed": pre.removed}
     return _finish(pre, out, name, key, data_cfg, eval_cfg, stages, kcore_stats, items)

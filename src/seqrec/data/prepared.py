@@ -1,7 +1,8 @@
 """The prepared-dataset directory: what every model trains and is evaluated on.
 
     manifest.json      format version, source fingerprint (path, size, mtime) and every setting
-    sequences.parquet  (user, item) internal ids, each user's items oldest first, users in order
+    sequences.parquet  (user, item) internal ids, each user's items oldest first, users in order;
+                       and `timestamp` (seconds) where the log has real timestamps
     vocab.json         {"users": [external ids...], "items": [external ids...]}; internal item i
                        is items[i - 1], internal user u is users[u]
     stats.json         the Table-1 row (see preprocess.dataset_stats)
@@ -66,7 +67,8 @@ __all__ = [
 # the candidates are sampled (old caches then rebuild instead of keeping old candidates).
 # tests/test_prepared.py holds the digest of a small dataset's candidates for each version and
 # fails when the sampler changes without a bump. 2: validation negatives may be the test item.
-FORMAT_VERSION = 2
+# 3: the log's timestamps are kept (sequences.parquet's `timestamp`).
+FORMAT_VERSION = 3
 
 
 @dataclass
@@ -324,6 +326,11 @@ def load_prepared(path: str | Path) -> PreparedDataset:
         items=table.get_column("item").to_numpy().astype(np.int64),
         offsets=offsets,
         n_items=len(vocab["items"]),
+        times=(
+            table.get_column("timestamp").to_numpy().astype(np.int64)
+            if "timestamp" in table.columns
+            else None
+        ),
     )
     negatives_file = _looked_at(path / "negatives.npz")
     stats = _json(path / "stats.json", "metrics")

@@ -59,6 +59,8 @@ def write_files(
         "user": seqs.user_index().astype(np.int32),
         "item": seqs.items.astype(np.int32),
     }
+    if seqs.times is not None:  # the log's timestamps (a time-aware model reads them)
+        columns["timestamp"] = seqs.times.astype(np.int64)
     if before is not None:  # the time split: whether each item comes after the cut
         columns["after_cut"] = seqs.position_index() >= np.repeat(before, seqs.lengths)
     pl.DataFrame(columns).write_parquet(tmp / "sequences.parquet")

@@ -40,6 +40,9 @@ class Sequences:
     items: np.ndarray  # (T,) int64
     offsets: np.ndarray  # (U + 1,) int64
     n_items: int
+    # (T,) int64 seconds since the epoch of every entry of `items`, where the log has real
+    # timestamps (not a file's line order); None otherwise
+    times: np.ndarray | None = None
 
     @property
     def n_users(self) -> int:
@@ -60,7 +63,8 @@ class Sequences:
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         # position k of output row j comes from self.items[starts[j] + k]
         src = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1], dtype=np.int64)
-        return Sequences(items=self.items[src], offsets=offsets, n_items=self.n_items)
+        times = None if self.times is None else self.times[src]
+        return Sequences(self.items[src], offsets, self.n_items, times)
 
     def user_index(self) -> np.ndarray:
         """(T,) the user of every entry of `items`."""
@@ -73,13 +77,21 @@ class Sequences:
         )
 
     @classmethod
-    def from_lists(cls, seqs: list[list[int]], n_items: int | None = None) -> Sequences:
-        """Build from Python lists (tests, small inputs)."""
+    def from_lists(
+        cls,
+        seqs: list[list[int]],
+        n_items: int | None = None,
+        times: list[list[int]] | None = None,
+    ) -> Sequences:
+        """Build from Python lists (tests, small inputs); `times` in the shape of `seqs`."""
         lengths = np.array([len(s) for s in seqs], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         items = np.array([i for s in seqs for i in s], dtype=np.int64)
         n = int(items.max()) if n_items is None and len(items) else int(n_items or 0)
-        return cls(items=items, offsets=offsets, n_items=n)
+        flat = None if times is None else np.array([t for s in times for t in s], dtype=np.int64)
+        if flat is not None and len(flat) != len(items):
+            raise ValueError(f"times: {len(flat)} timestamps for {len(items)} items")
+        return cls(items=items, offsets=offsets, n_items=n, times=flat)
 
 
 def left_pad(items: np.ndarray, starts: np.ndarray, ends: np.ndarray, width: int) -> np.ndarray:

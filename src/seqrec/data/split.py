@@ -53,10 +53,16 @@ class EvalSet:
     users: np.ndarray  # (E,) internal user index
     histories: Sequences  # row e: the input of users[e], oldest first
     targets: np.ndarray  # (E,) internal item id
+    # (E,) when each target was chosen, where the histories have timestamps: the time a
+    # recommendation for the row is asked for (a time-aware model reads it); None otherwise
+    target_times: np.ndarray | None = None
 
     def take(self, rows: np.ndarray) -> EvalSet:
         """The users at `rows` (positions in this set), in that order."""
-        return EvalSet(self.split, self.users[rows], self.histories.take(rows), self.targets[rows])
+        times = None if self.target_times is None else self.target_times[rows]
+        return EvalSet(
+            self.split, self.users[rows], self.histories.take(rows), self.targets[rows], times
+        )
 
 
 @dataclass(frozen=True)
@@ -102,17 +108,20 @@ def _last_two_held_out(seqs: Sequences, is_evaluated: np.ndarray) -> LeaveOneOut
     evaluated = all_users[is_evaluated]
     last = seqs.offsets[evaluated + 1] - 1
     train = seqs.take(all_users, drop_last=np.where(is_evaluated, 2, 0))
+    times = seqs.times
     valid = EvalSet(
         split="valid",
         users=evaluated,
         histories=seqs.take(evaluated, drop_last=2),
         targets=seqs.items[last - 1],
+        target_times=None if times is None else times[last - 1],
     )
     test = EvalSet(
         split="test",
         users=evaluated,
         histories=seqs.take(evaluated, drop_last=1),
         targets=seqs.items[last],
+        target_times=None if times is None else times[last],
     )
     return LeaveOneOut(sequences=seqs, train=train, valid=valid, test=test)
 

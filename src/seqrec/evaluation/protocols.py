@@ -80,7 +80,8 @@ class Scorer(Protocol):
     and users (B,) int64, the internal index of each history's user in the training data (-1: a
     user the scorer never saw), or None when no history has a known user -> scores
     (B, n_items + 1) float; column 0 (padding) is ignored. Scorers without a per-user term
-    ignore `users`.
+    ignore `users`. A scorer whose `uses_times` is true (HSTU's time bias) is also given
+    `times=` (B, L + 1) int64 seconds (`pad_times`).
     """
 
     @property
@@ -134,6 +135,29 @@ def pad_histories(seqs: Sequences, rows: np.ndarray, max_len: int | None = None)
     longest = int((ends - starts).max()) if len(rows) else 0
     width = max(1, longest if max_len is None else min(longest, max_len))
     return left_pad(seqs.items, starts, ends, width)
+
+
+def pad_times(
+    seqs: Sequences, rows: np.ndarray, width: int, query: np.ndarray | None
+) -> np.ndarray:
+    """(B, width + 1) int64: the times of `pad_histories`' items (0 for padding), then each
+    row's `query` time, the time its recommendation is for (a model that `uses_times`)."""
+    if seqs.times is None or query is None:
+        raise ValueError("the model reads when each item happened: these histories have no times")
+    starts, ends = seqs.offsets[rows], seqs.offsets[rows + 1]
+    return np.concatenate([left_pad(seqs.times, starts, ends, width), query[:, None]], axis=1)
+
+
+def times_argument(
+    scorer: Scorer, eval_set: EvalSet, rows: np.ndarray, width: int, device: torch.device
+) -> dict[str, torch.Tensor]:
+    """{"times": `pad_times` of the rows, the target's time the query's} for a scorer that
+    `uses_times`, else {}: the keyword argument its `score` takes."""
+    if not getattr(scorer, "uses_times", False):
+        return {}
+    query = None if eval_set.target_times is None else eval_set.target_times[rows]
+    at = pad_times(eval_set.histories, rows, width, query)
+    return {"times": torch.from_numpy(at).to(device)}
 
 
 # At most `batch_size` histories are scored per call, and fewer on a large catalogue: so many
@@ -223,6 +247,28 @@ def _block_full_ranks(
     return rank
 
 
+def _check_candidates(
+    protocols: Sequence[str],
+    eval_set: EvalSet,
+    negatives: Mapping[str, np.ndarray] | None,
+    more_negatives: Sequence[Mapping[str, np.ndarray]],
+) -> None:
+    """Every sampled protocol has its candidates, for every user, in `negatives` and in each of
+    `more_negatives` (a ValueError line otherwise)."""
+    n_eval = len(eval_set.targets)
+    for p in protocols:
+        if p in SAMPLED_PROTOCOLS and (negatives is None or p not in negatives):
+            raise ValueError(
+                f"protocol {p} needs the stored negatives of the {eval_set.split} split"
+            )
+    for i, more in enumerate(more_negatives):
+        for p in protocols:
+            if p in SAMPLED_PROTOCOLS and (p not in more or more[p].shape[0] != n_eval):
+                raise ValueError(
+                    f"more_negatives[{i}]: no {p} candidates for each of {n_eval} users"
+                )
+
+
 @torch.no_grad()
 def evaluate(
     scorer: Scorer,
@@ -243,20 +289,10 @@ def evaluate(
     sampled protocol's metrics with `negatives` and with every one of them."""
     protocols = parse_protocols(protocols)
     device = torch.device(device if device is not None else getattr(scorer, "device", "cpu"))
-    for p in protocols:
-        if p in SAMPLED_PROTOCOLS and (negatives is None or p not in negatives):
-            raise ValueError(
-                f"protocol {p} needs the stored negatives of the {eval_set.split} split"
-            )
+    _check_candidates(protocols, eval_set, negatives, more_negatives)
     hist = eval_set.histories
     n_eval = len(eval_set.targets)
     sampled = [p for p in protocols if p in SAMPLED_PROTOCOLS]
-    for i, more in enumerate(more_negatives):
-        for p in sampled:
-            if p not in more or more[p].shape[0] != n_eval:
-                raise ValueError(
-                    f"more_negatives[{i}]: no {p} candidates for each of {n_eval} users"
-                )
     ranks = {p: np.zeros(n_eval, dtype=np.int64) for p in protocols}
     # per sampled protocol, the ranks against each further draw
     draw_ranks = {p: [np.zeros(n_eval, dtype=np.int64) for _ in more_negatives] for p in sampled}
@@ -270,11 +306,12 @@ def evaluate(
         inputs = torch.from_numpy(pad_histories(hist, rows, scorer.max_len)).to(device)
         users = torch.from_numpy(eval_set.users[rows]).to(device)
         targets = torch.from_numpy(eval_set.targets[rows]).to(device)
+        times = times_argument(scorer, eval_set, rows, inputs.shape[1], device)
         if width is None:
-            scores = scorer.score(inputs, users).float()  # (B, V)
+            scores = scorer.score(inputs, users, **times).float()  # (B, V)
             gather: Callable[[torch.Tensor], torch.Tensor] = partial(torch.gather, scores, 1)
         else:
-            blocks = cast("BlockScorer", scorer).block_scores(inputs, users)
+            blocks = cast("BlockScorer", scorer).block_scores(inputs, users, **times)
             gather = blocks.pairs
         t_score = gather(targets[:, None])  # (B, 1)
         # a non-finite target score ranks last: every candidate ties or beats -inf

@@ -87,17 +87,33 @@ class Ensemble:
     def device(self) -> torch.device:
         return torch.device(getattr(self.members[0], "device", "cpu"))
 
+    @property
+    def uses_times(self) -> bool:
+        """Whether a member reads when the items happened (it is then given `times`)."""
+        return any(getattr(m, "uses_times", False) for m in self.members)
+
     @torch.no_grad()
-    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
+    def score(
+        self,
+        histories: torch.Tensor,
+        users: torch.Tensor | None = None,
+        times: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """(B, L) histories -> (B, n_items + 1): Σ w_i log_softmax(member_i's scores of items
-        1..n); column 0 is -inf. A member reading fewer items than L sees the last ones."""
+        1..n); column 0 is -inf. A member reading fewer items than L sees the last ones (and
+        a member of time their times, `times` (B, L + 1), and the query's)."""
         total: torch.Tensor | None = None
         for member, w in zip(self.members, self.weights, strict=True):
             if w == 0:
                 continue
             n = member.max_len
-            rows = histories if n is None or n >= histories.shape[1] else histories[:, -n:]
-            part = w * torch.log_softmax(member.score(rows, users)[:, 1:].float(), dim=1)
+            if n is None or n >= histories.shape[1]:
+                n = histories.shape[1]
+            rows = histories[:, -n:]
+            timed = {}
+            if getattr(member, "uses_times", False):  # the window's times and the query's
+                timed = {"times": None if times is None else times[:, -(n + 1) :]}
+            part = w * torch.log_softmax(member.score(rows, users, **timed)[:, 1:].float(), dim=1)
             total = part if total is None else total + part
         assert total is not None  # some weight is > 0
         return torch.cat([torch.full_like(total[:, :1], -math.inf), total], dim=1)
@@ -151,11 +167,18 @@ class _Recorder:
 
     def __init__(self, member: Scorer, table: torch.Tensor, row_of_user: np.ndarray) -> None:
         self.member, self.max_len = member, member.max_len
+        self.uses_times = getattr(member, "uses_times", False)
         self.table, self.row_of_user = table, torch.from_numpy(row_of_user)
 
-    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
+    def score(
+        self,
+        histories: torch.Tensor,
+        users: torch.Tensor | None = None,
+        times: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         assert users is not None
-        s = self.member.score(histories, users).float()
+        timed = {"times": times} if self.uses_times else {}
+        s = self.member.score(histories, users, **timed).float()
         self.table[self.row_of_user[users.cpu()], 1:] = torch.log_softmax(s[:, 1:], 1).cpu()
         return s
 

@@ -67,6 +67,13 @@ class SequenceModel(nn.Module, ABC):
     item_biases: ClassVar[tuple[tuple[str, int], ...]] = ()
 
     @property
+    def uses_times(self) -> bool:
+        """Whether the model reads when each history item happened (HSTU's time bias): `score`,
+        `block_scores` and `user_vector` then take `times`, (B, L + 1) int64 seconds, the L
+        history items' times (0 for padding) and last the time the recommendation is for."""
+        return False
+
+    @property
     def device(self) -> torch.device:
         """Where the weights are: `score` takes its histories there, and `evaluate` puts them
         there unless told otherwise (a model `fit` trained on a GPU stays on it)."""
@@ -92,6 +99,22 @@ class SequenceModel(nn.Module, ABC):
     ) -> torch.Tensor:
         """(B, L) left-padded histories -> (B, D) features that score the next item; `users`
         (B,) is read only by models that `uses_users`."""
+
+    def user_features(
+        self,
+        histories: torch.Tensor,
+        users: torch.Tensor | None = None,
+        times: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """(B, D) output features of `user_vector`, given the histories' `times` where the
+        model reads them (`uses_times`; ignored otherwise)."""
+        if not self.uses_times:
+            return self.output_features(self.user_vector(histories, users))
+        if times is None:
+            raise ValueError(
+                f"{type(self).__name__} reads when each item happened: score it with `times`"
+            )
+        return self.output_features(self.user_vector(histories, users, times=times))  # type: ignore[call-arg]
 
     def pair_logits(self, features: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
         """(M, D) output features and (M, k) item ids -> (M, k) scores of those items; the dot
@@ -135,10 +158,16 @@ class SequenceModel(nn.Module, ABC):
         self.n_items += n
 
     @torch.no_grad()
-    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
-        """The `Scorer` interface: (B, L) histories -> (B, n_items + 1); column 0 is -inf."""
+    def score(
+        self,
+        histories: torch.Tensor,
+        users: torch.Tensor | None = None,
+        times: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The `Scorer` interface: (B, L) histories -> (B, n_items + 1); column 0 is -inf.
+        `times`: read only by a model that `uses_times` (which needs them)."""
         weight, bias = self.output_weights()
-        features = self.output_features(self.user_vector(histories, users))
+        features = self.user_features(histories, users, times)
         # out= is outside autocast, autograd and export (a traced graph may later run with
         # autograd on): the scores are assembled there instead
         if (
@@ -167,7 +196,12 @@ class SequenceModel(nn.Module, ABC):
 
     @torch.no_grad()
     def block_scores(
-        self, histories: torch.Tensor, users: torch.Tensor | None = None, *, bf16: bool = False
+        self,
+        histories: torch.Tensor,
+        users: torch.Tensor | None = None,
+        times: torch.Tensor | None = None,
+        *,
+        bf16: bool = False,
     ) -> BlockScores:
         """The scores of `score`, to be read one block of items at a time (a catalogue of
         millions of items: no (B, n_items + 1) matrix is ever held); only for a `blockwise`
@@ -175,7 +209,7 @@ class SequenceModel(nn.Module, ABC):
         if not self.blockwise:
             raise TypeError(f"{type(self).__name__} is scored whole, not in blocks")
         with torch.autocast(histories.device.type, dtype=torch.bfloat16, enabled=bf16):
-            features = self.output_features(self.user_vector(histories, users))
+            features = self.user_features(histories, users, times)
         weight, bias = self.output_weights()
         return BlockScores(features, weight, bias, bf16=bf16)
 
@@ -229,9 +263,12 @@ def last_positions(x: torch.Tensor, n: int, dim: int = 1) -> torch.Tensor:
     return x.narrow(dim, start, size - start)
 
 
-def next_item_batches(cfg: RunConfig, ds: PreparedDataset, max_len: int) -> Sampler:
+def next_item_batches(
+    cfg: RunConfig, ds: PreparedDataset, max_len: int, times: bool = False
+) -> Sampler:
     """The shifted next-item task (SASRec §III-E) over the training sequences, windows of at most
-    `max_len` items: the training batches of any model whose config has a [next_item] section."""
+    `max_len` items: the training batches of any model whose config has a [next_item] section;
+    with `times`, each batch also holds its items' times (a model that `uses_times`)."""
     from seqrec.data.batches import NextItemSampler
     from seqrec.data.negatives import NegativeSampler
 
@@ -245,6 +282,7 @@ def next_item_batches(cfg: RunConfig, ds: PreparedDataset, max_len: int) -> Samp
         batch_size=t.batch_size,
         seed=t.seed,
         negatives=NegativeSampler.from_config(cfg.train, counts),
+        times=times,
     )
 
 

@@ -14,10 +14,14 @@ item embedding times sqrt(d) plus a learned embedding of the absolute position f
 window's oldest item, with dropout; the output is L2-normalised, as the item embeddings it is
 scored against are, and divided by a temperature (scores are cosines / 0.05).
 
+With `time_bias` (for a log with timestamps; the papers' ML-1M file has none) rab also adds,
+as the authors' bias does, a learned value per bucket of the time between query and key:
+bucket floor(ln(max(|t_q - t_j|, 1)) / 0.301), at most `time_buckets`, where t_j is when key j
+happened and t_q, for query i, when the item after i happened (in training, its target; for
+the last position, the time the recommendation is asked for: in evaluation the held-out
+item's, in serving the request's).
+
 Named deviations from the authors' code:
-- `time_bias`: none. The authors' bias adds a learned value per log-bucket of the time between
-  the query's next item and the key; seqrec's training batches carry item ids only (and the
-  papers' ML-1M file has no timestamps), so only the position part of the bias is built.
 - N: the window (`max_len`) rather than the authors' padded length (max_len + 11 output
   slots). The factor 1/N is followed by LayerNorm(A V), which undoes any constant scale but
   for its epsilon.
@@ -39,6 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqrec.data.batches import NextItemConfig
+from seqrec.errors import ConfigError
 from seqrec.models.base import (
     BASELINE_TRAIN,
     ModelEntry,
@@ -75,6 +80,23 @@ class HSTUConfig:
     temperature: float = 0.05
     # the learned relative-position attention bias (the authors' default); false: none
     position_bias: bool = True
+    # the learned bias of the time between query and key (the authors' ML-1M configuration has
+    # it): needs a log with timestamps, and `times` wherever the model is scored
+    time_bias: bool = False
+    time_buckets: int = 128  # the authors' num_buckets: buckets 0..128 of the log time gap
+
+
+_TIME_BUCKET = 0.301  # the authors' bucket width in ln(seconds)
+
+
+def time_buckets(times: torch.Tensor, n_buckets: int) -> torch.Tensor:
+    """(B, L, L) bucket of the time between query i and key j, from `times` (B, L + 1): the L
+    keys' times, then the time of the last query's next item (query i's next item is key
+    i + 1)."""
+    L = times.shape[1] - 1
+    gap = times[:, 1:, None] - times[:, None, :L]
+    ln = torch.log(gap.abs().clamp(min=1).float())  # the gap in int64, its log in float32
+    return torch.div(ln, _TIME_BUCKET, rounding_mode="floor").long().clamp(0, n_buckets)
 
 
 def _relative_bias(weights: torch.Tensor, n: int, queries: int) -> torch.Tensor:
@@ -103,11 +125,23 @@ class HSTULayer(nn.Module):
             if cfg.position_bias
             else None
         )
+        self.time_w = (
+            nn.Parameter(torch.empty(cfg.time_buckets + 1).normal_(0.0, 0.02))
+            if cfg.time_bias
+            else None
+        )
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: torch.Tensor, keep: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        keep: torch.Tensor,
+        last_only: bool = False,
+        buckets: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """x (B, L, D), keep (B, 1, L, L) -> (B, L, D); with `last_only` the last position's
-        output only (B, 1, D), every position still a key."""
+        output only (B, 1, D), every position still a key. `buckets` (B, L or 1, L): the time
+        buckets of `time_buckets` (with `time_bias`)."""
         c = self.cfg
         B, L, _ = x.shape
         h = c.n_heads
@@ -123,6 +157,10 @@ class HSTULayer(nn.Module):
         scores = q @ k.transpose(-1, -2)  # (B, h, Lq, L)
         if self.rab is not None:
             scores = scores + _relative_bias(self.rab, L, Lq)
+        if self.time_w is not None:
+            if buckets is None:
+                raise ValueError("hstu.time_bias: the layer needs the time buckets")
+            scores = scores + self.time_w[last_positions(buckets, Lq, 1)][:, None]
         attn = F.silu(scores) * (keep / c.max_len)  # pointwise; 0 where a key is not kept
         a = (attn @ v).transpose(1, 2).reshape(B, Lq, h * c.d_v)
         gated = u * F.layer_norm(a, (h * c.d_v,), eps=_EPS)
@@ -155,16 +193,27 @@ class HSTU(SequenceModel):
         last_only: bool = False,
         segments: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
+        times: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """input_ids (B, L) left-padded, L <= max_len -> hidden states (B, L, D); position t
         reads items 1..t of its sequence only. `last_only`: the last position only, (B, 1, D).
         Packed rows (`NextItemConfig.pack`): `segments` (B, L) numbers the sequences sharing a
         row (0 = padding), `position_ids` (B, L) each item's column in a left-padded row of
         max_len (the packer's); either way an item's position is counted from its sequence's
-        oldest item."""
+        oldest item. `times` (B, L + 1) int64, with `time_bias` (and then needed): the items'
+        times in seconds, then the time of the last position's next item."""
         B, L = input_ids.shape
         if self.cfg.max_len < L:
             raise ValueError(f"input length {L} exceeds max_len {self.cfg.max_len}")
+        buckets = None
+        if self.cfg.time_bias:
+            if times is None or times.shape != (B, L + 1):
+                raise ValueError(
+                    f"hstu.time_bias reads `times` (B, L + 1) = ({B}, {L + 1}) seconds: the "
+                    "items' times and the time of the next item"
+                    + ("" if times is None else f", got {tuple(times.shape)}")
+                )
+            buckets = time_buckets(times, self.cfg.time_buckets)
         real = input_ids != 0
         causal = torch.ones(L, L, dtype=torch.bool, device=input_ids.device).tril()
         keep = causal & real[:, None, :]
@@ -181,7 +230,7 @@ class HSTU(SequenceModel):
         x = self.dropout(e) * real[..., None]
         keep_f = keep[:, None].to(x.dtype)  # (B, 1, L, L)
         for i, layer in enumerate(self.layers):
-            x = layer(x, keep_f, last_only=last_only and i == len(self.layers) - 1)
+            x = layer(x, keep_f, last_only and i == len(self.layers) - 1, buckets)
         return x
 
     def output_features(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -192,15 +241,39 @@ class HSTU(SequenceModel):
         """The L2-normalised item embeddings of items 1..n; no bias."""
         return F.normalize(self.item_emb.weight[1:], dim=-1, eps=_EPS), None
 
+    @property
+    def uses_times(self) -> bool:
+        return self.cfg.time_bias
+
     def user_vector(
-        self, histories: torch.Tensor, users: torch.Tensor | None = None
+        self,
+        histories: torch.Tensor,
+        users: torch.Tensor | None = None,
+        times: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """histories (B, L) left-padded -> (B, D): the last position's output."""
-        return self.forward(last_positions(histories, self.max_len), last_only=True)[:, -1]
+        """histories (B, L) left-padded -> (B, D): the last position's output; `times` (B, L + 1)
+        with `time_bias`."""
+        if times is not None:  # the window's items' times and the query's
+            times = last_positions(times, self.max_len + 1)
+        histories = last_positions(histories, self.max_len)
+        return self.forward(histories, last_only=True, times=times)[:, -1]
 
 
 def _batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
-    return next_item_batches(cfg, ds, cfg.hstu.max_len)
+    return next_item_batches(cfg, ds, cfg.hstu.max_len, times=cfg.hstu.time_bias)
+
+
+def _validate(cfg: RunConfig, ds: PreparedDataset | None) -> None:
+    """`time_bias` reads the log's timestamps, row by row: a dataset with them, no packing."""
+    if not cfg.hstu.time_bias:
+        return
+    if cfg.next_item.pack:
+        raise ConfigError("hstu.time_bias reads each row's times: next_item.pack must be false")
+    if ds is not None and ds.sequences.times is None:
+        raise ConfigError(
+            f"hstu.time_bias: {ds.name} has no timestamps (the papers' user-item files and logs "
+            "read without a time column have none); set hstu.time_bias = false"
+        )
 
 
 def _parameters(n_items: int, n_users: int, cfg: RunConfig) -> int:
@@ -210,6 +283,7 @@ def _parameters(n_items: int, n_users: int, cfg: RunConfig) -> int:
     h = c.n_heads
     layer = c.d_model * (2 * h * c.d_v + 2 * h * c.d_qk) + linear(h * c.d_v, c.d_model)
     layer += (2 * c.max_len - 1) * c.position_bias
+    layer += (c.time_buckets + 1) * c.time_bias
     return (n_items + 1) * c.d_model + c.max_len * c.d_model + c.n_layers * layer
 
 
@@ -221,6 +295,7 @@ ENTRY = ModelEntry(
     build=lambda n_items, n_users, cfg: HSTU(n_items, cfg.hstu),
     parameters=_parameters,
     batches=_batches,
+    validate=_validate,
     train_defaults={
         **BASELINE_TRAIN,
         "loss": "sampled_softmax",

@@ -128,8 +128,14 @@ class NCF(SequenceModel):
         return self.predict(torch.cat([gmf, mlp], dim=-1)).squeeze(-1)
 
     @torch.no_grad()
-    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, L) histories -> (B, n_items + 1); column 0 is -inf. Items in chunks."""
+    def score(
+        self,
+        histories: torch.Tensor,
+        users: torch.Tensor | None = None,
+        times: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """(B, L) histories -> (B, n_items + 1); column 0 is -inf. Items in chunks (`times`:
+        not read)."""
         u = self.user_vector(histories, users)
         f = self.cfg.factors
         w_user, w_item, bias = self._first_layer()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -41,10 +42,12 @@ def write_all_users(
     exclude: Sequence[Any] | None = None,
     chunk: int = CHUNK_USERS,
     progress: bool = True,
+    at: int | None = None,
 ) -> int:
     """Write the top-k of every user of `rec`'s training data to `path` (.parquet or .csv): one
     row per (user, rank), the columns of `write_recommendations`, users in the data's order.
-    Returns the number of users."""
+    `at`: the time the recommendations are for, seconds (default: when the call starts; read
+    by a model of time). Returns the number of users."""
     p = Path(path)
     if p.suffix not in (".parquet", ".csv"):
         raise ConfigError(f"{p}: the output must be a .parquet or .csv file")
@@ -56,6 +59,7 @@ def write_all_users(
         raise ConfigError(f"chunk: expected >= 1 users, got {chunk}")
     ds = rec.dataset
     n = ds.n_users
+    now = int(time.time()) if at is None else at
     p.parent.mkdir(parents=True, exist_ok=True)
     parts = Path(tempfile.mkdtemp(dir=p.parent, prefix=f".{p.name}.parts."))
     bar = Progress(n, "recommend all users", unit="user", enabled=progress)
@@ -70,6 +74,8 @@ def write_all_users(
                 candidates=candidates,
                 exclude=exclude,
                 users=list(rows),
+                times=rec.user_times(rows),
+                at=now,
             )
             users = ds.user_ids[rows.start : rows.stop]
             recommendations_frame(users, recs, rec).write_parquet(parts / f"{i:08d}.parquet")

@@ -27,8 +27,14 @@ import numpy as np
 __all__ = ["MicroBatcher", "Overloaded"]
 
 Scored = list[tuple[Any, float]]
-# histories, k, exclude_seen, users -> one top-k list per history (Recommender.recommend_encoded)
-ScoreFn = Callable[[list[np.ndarray], int, bool, list[int]], list[Scored]]
+# histories, k, exclude_seen, users, times, at -> one top-k list per history
+# (Recommender.recommend_encoded); times and at None but for a model of time (`uses_times`)
+ScoreFn = Callable[
+    [list[np.ndarray], int, bool, list[int], list[np.ndarray] | None, list[int] | None],
+    list[Scored],
+]
+# a history's items' times and the time its recommendation is for, seconds (a model of time)
+Clock = tuple[np.ndarray, int]
 
 
 class Overloaded(Exception):
@@ -43,6 +49,7 @@ class _Request:
     user: int  # the user's row in the training data, -1: anonymous
     deadline: float | None  # time.monotonic()
     future: asyncio.Future[Scored]
+    clock: Clock | None = None
 
 
 class MicroBatcher:
@@ -64,15 +71,22 @@ class MicroBatcher:
         self.scoring_s = 0.0
 
     async def recommend(
-        self, ids: np.ndarray, k: int, exclude_seen: bool, user: int, deadline: float | None
+        self,
+        ids: np.ndarray,
+        k: int,
+        exclude_seen: bool,
+        user: int,
+        deadline: float | None,
+        clock: Clock | None = None,
     ) -> Scored:
-        """The top-k of one history, scored in a batch with whatever else is waiting."""
+        """The top-k of one history, scored in a batch with whatever else is waiting (`clock`:
+        with those that have times too, or those without)."""
         if self._queue is None:
             self._queue = asyncio.Queue(self.max_queue)
             self._task = asyncio.get_running_loop().create_task(self._loop())
         future: asyncio.Future[Scored] = asyncio.get_running_loop().create_future()
         try:
-            self._queue.put_nowait(_Request(ids, k, exclude_seen, user, deadline, future))
+            self._queue.put_nowait(_Request(ids, k, exclude_seen, user, deadline, future, clock))
         except asyncio.QueueFull:
             raise Overloaded(f"{self.max_queue} requests are waiting to be scored") from None
         return await future
@@ -94,17 +108,20 @@ class MicroBatcher:
 
     async def _answer(self, batch: list[_Request]) -> None:
         now = time.monotonic()
-        groups: dict[tuple[int, bool], list[_Request]] = {}
+        groups: dict[tuple[int, bool, bool], list[_Request]] = {}
         for r in batch:
             if r.future.done():  # its client went away, or it was answered with a 504
                 continue
             if r.deadline is not None and now > r.deadline:
                 r.future.set_exception(TimeoutError("the request waited past its deadline"))
                 continue
-            groups.setdefault((r.k, r.exclude_seen), []).append(r)
-        for (k, exclude_seen), rs in groups.items():
+            groups.setdefault((r.k, r.exclude_seen, r.clock is None), []).append(r)
+        for (k, exclude_seen, untimed), rs in groups.items():
             histories, users = [r.ids for r in rs], [r.user for r in rs]
-            call = functools.partial(self._timed, histories, k, exclude_seen, users)
+            clocks = [r.clock for r in rs if r.clock is not None]
+            times = None if untimed else [c[0] for c in clocks]
+            at = None if untimed else [c[1] for c in clocks]
+            call = functools.partial(self._timed, histories, k, exclude_seen, users, times, at)
             try:
                 answers = await self.run(call)
             except Exception as e:  # every request of the group learns it
@@ -119,11 +136,17 @@ class MicroBatcher:
                     r.future.set_result(answer)
 
     def _timed(
-        self, histories: list[np.ndarray], k: int, exclude_seen: bool, users: list[int]
+        self,
+        histories: list[np.ndarray],
+        k: int,
+        exclude_seen: bool,
+        users: list[int],
+        times: list[np.ndarray] | None = None,
+        at: list[int] | None = None,
     ) -> list[Scored]:
         start = time.perf_counter()
         try:
-            return self._score(histories, k, exclude_seen, users)
+            return self._score(histories, k, exclude_seen, users, times, at)
         finally:  # on the scoring thread, one batch at a time
             self.scoring_s += time.perf_counter() - start
 

@@ -108,6 +108,11 @@ def export_run(
             f"{run_dir}: torch's ONNX exporter cannot convert a {run.config.model} model; "
             "export it with --format torchscript"
         )
+    if run.model.uses_times:
+        raise ConfigError(
+            f"{run_dir}: a model of time ({run.config.model} with its time bias) reads each "
+            "history's times, which an exported graph does not take; serve it with seqrec serve"
+        )
     constant = quantize is not None and run.model.dot_product_output
     wrapper = (_ConstantOutput(run.model) if constant else _Scores(run.model)).eval()
     # a model that reads one item (FPMC) or none (BPR-MF, NCF) still takes (B, L) histories

@@ -18,7 +18,14 @@ from seqrec.provenance import atomic_write
 if TYPE_CHECKING:
     from seqrec.serving.recommender import Recommender
 
-__all__ = ["item_metadata", "read_histories", "recommendations_frame", "write_recommendations"]
+__all__ = [
+    "item_metadata",
+    "ranked_table",
+    "read_histories",
+    "read_timed_histories",
+    "recommendations_frame",
+    "write_recommendations",
+]
 
 ITEM_MAP = "ml-1m.item-map.txt"  # beside the papers' ML-1M file: `paper_id movielens_id`
 
@@ -91,6 +98,21 @@ def read_histories(
     """A CSV/Parquet log -> (users, their histories oldest first). Without its time column
     (absent, or `time_col` None) the file order is the time order; ties keep file order (a
     stable sort)."""
+    users, histories, _ = read_timed_histories(
+        path, user_col=user_col, item_col=item_col, time_col=time_col
+    )
+    return users, histories
+
+
+def read_timed_histories(
+    path: str | Path,
+    *,
+    user_col: str = "user",
+    item_col: str = "item",
+    time_col: str | None = "timestamp",
+) -> tuple[list[Any], list[list[str]], list[list[int]] | None]:
+    """`read_histories`, and each history's times (seconds) where the file has its time
+    column; None where it has none."""
     p = Path(path)
     if p.suffix == ".parquet":
         columns = list(pl.read_parquet_schema(p)) if p.exists() else []
@@ -103,8 +125,13 @@ def read_histories(
         time_col = None
     fmt = "parquet" if p.suffix == ".parquet" else "csv"
     df = read_interactions(p, fmt, user_col=user_col, item_col=item_col, time_col=time_col)
-    df = df.sort(["timestamp", "line"]).group_by("user", maintain_order=True).agg(pl.col("item"))
-    return df.get_column("user").to_list(), df.get_column("item").to_list()
+    df = (
+        df.sort(["timestamp", "line"])
+        .group_by("user", maintain_order=True)
+        .agg(pl.col("item"), pl.col("timestamp"))
+    )
+    times = None if time_col is None else df.get_column("timestamp").to_list()
+    return df.get_column("user").to_list(), df.get_column("item").to_list(), times
 
 
 def write_recommendations(
@@ -153,3 +180,15 @@ def recommendations_frame(
         titles = [(rec.describe(i) or {}).get("title") for i in df.get_column("item")]
         df = df.with_columns(pl.Series("title", titles, dtype=pl.String))
     return df
+
+
+def ranked_table(
+    key: str, keys: Sequence[Any], recs: list[list[tuple[Any, float]]]
+) -> pl.DataFrame:
+    """One row per (key, rank): `key` (each list's user or history), rank, item, score."""
+    rows = [
+        (u, rank, item, score)
+        for u, rr in zip(keys, recs, strict=True)
+        for rank, (item, score) in enumerate(rr, 1)
+    ]
+    return pl.DataFrame(rows, schema=[key, "rank", "item", "score"], orient="row")

@@ -67,15 +67,15 @@ def build_index(
         seed=seed,
     )
     seconds = time.perf_counter() - start
-    histories = _sample_histories(rec, sample, np.random.default_rng(seed))
+    asked = _sample_histories(rec, sample, np.random.default_rng(seed))
     k = min(k, rec.n_items)
     previous, rec.index = rec.index, None
     try:
-        exact = rec.recommend_encoded(histories, k)
+        exact = rec.recommend_encoded(k=k, **asked)
 
         def recall_of(index: ItemIndex) -> float:
             rec.index = index
-            found = rec.recommend_encoded(histories, k)
+            found = rec.recommend_encoded(k=k, **asked)
             hits = sum(
                 len({i for i, _ in a} & {i for i, _ in e})
                 for a, e in zip(found, exact, strict=True)
@@ -90,7 +90,7 @@ def build_index(
         rec.index = previous
     index.recall = {
         f"recall@{k}": recall,
-        "histories": len(histories),
+        "histories": len(asked["histories"]),
         "build_seconds": seconds,
         "seconds": time.perf_counter() - start,  # with the recall measured, the breadth chosen
     }
@@ -122,15 +122,24 @@ def _wider(breadth: int) -> int:
     return breadth * 3 // 2 if breadth & (breadth - 1) == 0 else breadth * 4 // 3
 
 
-def _sample_histories(rec: Recommender, sample: int, rng: np.random.Generator) -> list[Any]:
-    """What an index's recall is measured on (build_index)."""
+def _sample_histories(rec: Recommender, sample: int, rng: np.random.Generator) -> dict[str, Any]:
+    """What an index's recall is measured on (build_index): the keyword arguments of
+    `recommend_encoded`, histories (and for a model of time their times, and one query time:
+    the latest of them)."""
     if rec.dataset is not None:
         seqs = rec.dataset.sequences
         users = rng.choice(seqs.n_users, min(sample, seqs.n_users), replace=False)
-        return [seqs.items[seqs.offsets[u] : seqs.offsets[u + 1]] for u in users]
-    p = rec.popularity[1:] / max(float(rec.popularity[1:].sum()), 1.0)
-    draw = p if p.sum() > 0 else None
-    return [1 + rng.choice(rec.n_items, 20, p=draw) for _ in range(sample)]
+        histories = [seqs.items[seqs.offsets[u] : seqs.offsets[u + 1]] for u in users]
+        times = rec.user_times(users.tolist())
+    else:
+        p = rec.popularity[1:] / max(float(rec.popularity[1:].sum()), 1.0)
+        draw = p if p.sum() > 0 else None
+        histories = [1 + rng.choice(rec.n_items, 20, p=draw) for _ in range(sample)]
+        times = [np.zeros(20, dtype=np.int64)] * sample if rec.model.uses_times else None
+    if times is None:
+        return {"histories": histories}
+    latest = max((int(t.max()) for t in times if len(t)), default=0)
+    return {"histories": histories, "times": times, "at": [latest] * len(histories)}
 
 
 def index_if_large(run_dir: Any, *, progress: bool = True) -> ItemIndex | None:

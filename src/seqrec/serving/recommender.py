@@ -39,7 +39,15 @@ from seqrec.errors import ConfigError, SeqrecError
 from seqrec.evaluation.protocols import SCORES_BYTES, score_plan
 from seqrec.progress import Progress
 from seqrec.serving.files import item_metadata
-from seqrec.serving.index import ItemIndex, approximate_top, csr, masked_top, run_index
+from seqrec.serving.index import ItemIndex, csr, masked_top, run_index
+from seqrec.serving.scoring import (
+    Clock,
+    block_top,
+    clock,
+    history_inputs,
+    index_top,
+    seconds,
+)
 from seqrec.training.checkpoint import Run, load_run
 from seqrec.training.rundir import RunDir
 
@@ -69,6 +77,7 @@ class Encoded:
 
     ids: np.ndarray  # (n,) int64 in 1..n_items
     unknown: list[Any]
+    kept: np.ndarray | None = None  # (len(history),) bool: the items kept, where some were not
 
 
 class Recommender:
@@ -201,13 +210,40 @@ class Recommender:
 
     def encode(self, history: Iterable[Any]) -> Encoded:
         """External ids -> internal ids under the unknown-item policy."""
+        history = list(history)
         ids, unknown = self.items.encode(history)
         if unknown:
             if self.unknown == "reject":
                 raise UnknownItemsError(unknown)
             with self._lock:
                 self.dropped += len(unknown)
+            return Encoded(ids, unknown, self.items.encode_rows(history) != 0)
         return Encoded(ids, unknown)
+
+    def encode_batch(
+        self, histories: Sequence[Sequence[Any]], times: Sequence[Sequence[int]] | None = None
+    ) -> tuple[list[Encoded], list[np.ndarray] | None]:
+        """`encode` of each history, and of its `times` (in its shape) those of the items kept."""
+        if times is not None and len(times) != len(histories):
+            raise ValueError(f"{len(times)} lists of times for {len(histories)} histories")
+        encoded, kept = [], []
+        for r, h in enumerate(histories):
+            enc = self.encode(h)
+            encoded.append(enc)
+            if times is not None:
+                t = seconds(times[r], f"history {r}'s times")
+                if t.shape != (len(enc.ids) + len(enc.unknown),):
+                    raise ValueError(f"history {r}: {t.size} times for {len(h)} items")
+                kept.append(t if enc.kept is None else t[enc.kept])
+        return encoded, None if times is None else kept
+
+    def user_times(self, rows: Sequence[int]) -> list[np.ndarray] | None:
+        """The times of the training data's users at `rows` (internal indices), for a model of
+        time (`uses_times`) whose data has them; None otherwise."""
+        seqs = None if self.dataset is None else self.dataset.sequences
+        if not self.model.uses_times or seqs is None or seqs.times is None:
+            return None
+        return [seqs.times[seqs.offsets[r] : seqs.offsets[r + 1]] for r in rows]
 
     def internal_ids(self, items: Iterable[Any]) -> np.ndarray:
         return self.encode(items).ids
@@ -243,30 +279,37 @@ class Recommender:
         exclude: Sequence[Any] | None = None,
         progress: bool = False,
         users: Sequence[Any] | None = None,
+        times: Sequence[Sequence[int]] | None = None,
+        at: int | Sequence[int] | None = None,
     ) -> list[list[tuple[Any, float]]]:
         """`recommend` for many histories, scored in batches of `batch_size`. `users`: each
         history's user id; those of the training data give the models with a per-user term
-        their user (the others, and every history without `users`, are anonymous)."""
-        encoded = [self.encode(h).ids for h in histories]
+        their user (the others, and every history without `users`, are anonymous). `times`,
+        `at`: as `recommend_encoded`'s, `times` in the shape of `histories` (the times of
+        unknown items dropped with them)."""
+        encoded, kept_times = self.encode_batch(histories, times)
+        ids = [e.ids for e in encoded]
         rows = None
         if users is not None:
             found = [self.user_index(u) for u in users]
             rows = [-1 if r is None else r for r in found]
         return self.recommend_encoded(
-            encoded,
+            ids,
             k,
             exclude_seen,
             candidates=candidates,
             exclude=exclude,
             progress=progress,
             users=rows,
+            times=kept_times,
+            at=at,
         )
 
     def recommend_user(
-        self, user_id: Any, k: int = 10, exclude_seen: bool = True
+        self, user_id: Any, k: int = 10, exclude_seen: bool = True, at: int | None = None
     ) -> list[tuple[Any, float]]:
         """The top-k for a user of the training data, after everything the data holds of them
-        (training, validation and test items)."""
+        (training, validation and test items); `at`: as `recommend_encoded`'s."""
         if self.dataset is None:
             raise ConfigError("recommend_user needs the run's prepared data, which is gone")
         row = self.user_index(user_id)
@@ -274,9 +317,25 @@ class Recommender:
             raise SeqrecError(f"user {user_id!r} is not in the training data")
         # the user's index goes with the history: models with a per-user term use it
         (recs,) = self.recommend_encoded(
-            [self.dataset.sequences[row]], k, exclude_seen, users=[row]
+            [self.dataset.sequences[row]],
+            k,
+            exclude_seen,
+            users=[row],
+            times=self.user_times([row]),
+            at=at,
         )
         return recs
+
+    def user_rows(self, users: Iterable[Any]) -> list[int]:
+        """The internal indices of users of the training data; one not there is a ConfigError
+        line naming it."""
+        rows = []
+        for u in users:
+            row = self.user_index(u)
+            if row is None:
+                raise ConfigError(f"user {u!r} is not in the training data")
+            rows.append(row)
+        return rows
 
     def user_index(self, user_id: Any) -> int | None:
         """The internal index of a user of the training data (an int id also matches its string
@@ -298,13 +357,21 @@ class Recommender:
         progress: bool = False,
         users: Sequence[int] | None = None,
         deadline: float | None = None,
+        times: Sequence[np.ndarray] | None = None,
+        at: int | Sequence[int] | None = None,
     ) -> list[list[tuple[Any, float]]]:
         """Top-k for histories already in internal ids. `users`: each history's user index in
         the training data (-1: unknown), for the models with a per-user term; without it every
         history is taken as anonymous (those models then leave their user term out).
-        `deadline` (time.monotonic()): past it, a TimeoutError before the next batch."""
+        `deadline` (time.monotonic()): past it, a TimeoutError before the next batch. `times`,
+        `at`: each history's items' times and the time its recommendation is for (one for
+        all or one a history; seconds since the epoch; default: now), read by a model that
+        `uses_times` (which needs `times`) and ignored by the others."""
         if users is not None and len(users) != len(histories):
             raise ValueError(f"{len(users)} users for {len(histories)} histories")
+        clocks = None
+        if self.model.uses_times:
+            clocks = clock(type(self.model).__name__, histories, times, at)
         if not 1 <= k <= self.n_items:
             raise ValueError(f"k must be in 1..{self.n_items} (the catalogue), got {k}")
         allowed = self._allowed(candidates, exclude)
@@ -322,6 +389,7 @@ class Recommender:
             rows = order[lo : lo + step]
             items, starts, ends = csr([histories[r] for r in rows])
             user_rows = None if users is None else np.asarray(users, dtype=np.int64)[rows]
+            when = None if clocks is None else ([clocks[0][r] for r in rows], clocks[1][rows])
             # every item of the whole history, not only the last max_len
             seen = (
                 torch.from_numpy(
@@ -332,12 +400,12 @@ class Recommender:
             )
             top = None
             if self.index is not None and candidates is None:
-                top = self._index_top(items, starts, ends, user_rows, k, seen, allowed)
+                top = index_top(self, items, starts, ends, user_rows, k, seen, allowed, when)
             if top is None and width is None:
-                scores = self._scores(items, starts, ends, user_rows)  # (B, n + 1)
+                scores = self._scores(items, starts, ends, user_rows, when)  # (B, n + 1)
                 top = masked_top(scores, 0, k, seen, allowed)
             elif top is None and width is not None:
-                top = self._block_top(items, starts, ends, user_rows, k, width, seen, allowed)
+                top = block_top(self, items, starts, ends, user_rows, k, width, seen, allowed, when)
             assert top is not None
             values, indices = top[0].cpu().numpy(), top[1].cpu().numpy()
             for r, v_row, i_row in zip(rows, values, indices, strict=True):
@@ -368,70 +436,6 @@ class Recommender:
         allowed[torch.from_numpy(removed).to(self.device)] = False
         return allowed
 
-    def _block_top(
-        self,
-        items: np.ndarray,
-        starts: np.ndarray,
-        ends: np.ndarray,
-        users: np.ndarray | None,
-        k: int,
-        width: int,
-        seen: torch.Tensor | None,
-        allowed: torch.Tensor | None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The top k of each history over the catalogue read `width` items at a time: each
-        block's own top k merged into the running one (only (B, 2k) scores are kept)."""
-        inputs = self._inputs(items, starts, ends)
-        user_t = None if users is None else torch.from_numpy(users).to(self.device)
-        blocks = self.model.block_scores(inputs, user_t, bf16=self.bf16)
-        empty = torch.from_numpy(ends == starts).to(self.device)
-        pop = torch.from_numpy(self.popularity).to(self.device)
-        best: tuple[torch.Tensor, torch.Tensor] | None = None
-        for lo, block in blocks.blocks(width):
-            if bool(empty.any()):  # an empty history gets the training popularity
-                block[empty] = pop[lo : lo + block.shape[1]]
-                if lo == 0:
-                    block[empty, 0] = -torch.inf
-            top = masked_top(block, lo, k, seen, allowed)
-            if best is not None:
-                values = torch.cat([best[0], top[0]], 1)
-                values, at = values.topk(min(k, values.shape[1]), dim=1)
-                top = (values, torch.cat([best[1], top[1]], 1).gather(1, at))
-            best = top
-        assert best is not None
-        return best
-
-    @torch.no_grad()
-    def _index_top(
-        self,
-        items: np.ndarray,
-        starts: np.ndarray,
-        ends: np.ndarray,
-        users: np.ndarray | None,
-        k: int,
-        seen: torch.Tensor | None,
-        allowed: torch.Tensor | None,
-    ) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The index's top k, its candidates scored exactly (`index.approximate_top`); None
-        (the batch scored exactly) when a history is empty or a row ran out of candidates."""
-        assert self.index is not None
-        if bool((ends == starts).any()):
-            return None
-        inputs = self._inputs(items, starts, ends)
-        user_t = None if users is None else torch.from_numpy(users).to(self.device)
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            features = self.model.output_features(self.model.user_vector(inputs, user_t))
-        weight, bias = self.model.output_weights()
-        off = 0 if allowed is None else int((~allowed).sum())
-        top = approximate_top(self.index, features.float(), weight, bias, k, seen, allowed, off)
-        return None if bool((~torch.isfinite(top[0])).any()) else top
-
-    def _inputs(self, items: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> torch.Tensor:
-        """(B, L) the most recent max_len items of each history, left-padded."""
-        longest = int((ends - starts).max(initial=0))
-        width = max(1, min(longest, self.max_len or longest))
-        return torch.from_numpy(left_pad(items, starts, ends, width)).to(self.device)
-
     @torch.no_grad()
     def scores(self, histories: Sequence[np.ndarray]) -> torch.Tensor:
         """(B, n_items + 1) scores for internal-id histories; column 0 is -inf. Empty histories
@@ -444,12 +448,13 @@ class Recommender:
         starts: np.ndarray,
         ends: np.ndarray,
         users: np.ndarray | None = None,
+        when: Clock | None = None,
     ) -> torch.Tensor:
         lengths = ends - starts
-        inputs = self._inputs(items, starts, ends)
+        inputs, times = history_inputs(self, items, starts, ends, when)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             user_t = None if users is None else torch.from_numpy(users).to(self.device)
-            scores = self.model.score(inputs, user_t).float()
+            scores = self.model.score(inputs, user_t, times).float()
         empty = torch.from_numpy(lengths == 0).to(self.device)
         if bool(empty.any()):
             pop = torch.from_numpy(self.popularity).to(self.device)

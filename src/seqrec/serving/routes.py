@@ -4,10 +4,12 @@ limits are its catalogue's and the server's options') and the routes that answer
 from __future__ import annotations
 
 import json
+import time
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Annotated, Any
 
 from seqrec.serving.recommender import MODEL, POPULARITY, Recommender, UnknownItemsError
+from seqrec.serving.scoring import seconds
 
 if TYPE_CHECKING:
     from seqrec.serving.service import ServeOptions
@@ -69,6 +71,14 @@ def schemas(rec: Recommender, opts: ServeOptions) -> Any:
             "With `history`, an id not there is an anonymous history (the user term is left "
             "out); without it, an unknown id is a 422 that names it",
         )
+        timestamps: list[int] | None = pydantic.Field(
+            None,
+            description="when each `history` item happened, seconds since the epoch, one per "
+            "item: a model of time (HSTU's time bias) needs them, the others ignore them",
+        )
+        at: int | None = pydantic.Field(
+            None, description="the time the recommendation is for, seconds (default: now)"
+        )
 
     class BatchRequest(pydantic.BaseModel):
         model_config = pydantic.ConfigDict(extra="forbid")
@@ -77,6 +87,14 @@ def schemas(rec: Recommender, opts: ServeOptions) -> Any:
         exclude_seen: bool = True
         exclude: list[Item] | None = pydantic.Field(
             None, description="never these items, for every history (unknown ids are ignored)"
+        )
+        timestamps: list[list[int]] | None = pydantic.Field(
+            None,
+            max_length=opts.max_batch,
+            description="each history's times, seconds, one per item (a model of time needs them)",
+        )
+        at: int | None = pydantic.Field(
+            None, description="the time the recommendations are for, seconds (default: now)"
         )
 
     return types.SimpleNamespace(
@@ -131,6 +149,65 @@ def _answers(rec: Recommender, Item: Any) -> Any:  # noqa: N803 (a type, named a
     )
 
 
+def _clock(rec: Recommender, enc: Any, times: list[int] | None, at: int | None, what: str) -> Any:
+    """(the kept items' times, the query time) of an encoded history `enc` for a model of time
+    (a 422 naming `what` when they are missing or not whole seconds); None for the others."""
+    import fastapi
+
+    if not rec.model.uses_times:
+        return None
+    if times is None:
+        raise fastapi.HTTPException(
+            422, f"this model reads when each item happened: give {what}, one per item"
+        )
+    n = len(enc.ids) + len(enc.unknown)
+    if len(times) != n:
+        raise fastapi.HTTPException(422, f"{what}: {len(times)} times for {n} items")
+    try:
+        kept = seconds(times, what)
+    except ValueError as e:
+        raise fastapi.HTTPException(422, str(e)) from None
+    return kept if enc.kept is None else kept[enc.kept], _query_time(at)
+
+
+def _query_time(at: int | None) -> int:
+    """The time a recommendation is for: `at`, checked (a 422), or now."""
+    import fastapi
+
+    try:
+        return int(seconds(int(time.time()) if at is None else at, "at"))
+    except ValueError as e:
+        raise fastapi.HTTPException(422, str(e)) from None
+
+
+def _items(rec: Recommender, recs: list[tuple[Any, float]]) -> list[dict[str, Any]]:
+    """An answer's items: each item and its score, with its metadata where known."""
+    out = []
+    for item, score in recs:
+        row: dict[str, Any] = {"item": item, "score": score}
+        meta = rec.describe(item)
+        if meta is not None:
+            row.update(meta)
+        out.append(row)
+    return out
+
+
+def _batch_clocks(rec: Recommender, req: Any, encoded: list[Any]) -> list[Any]:
+    """`_clock` of each history of a batch request (a 422 when its timestamps are not one
+    list a history)."""
+    import fastapi
+
+    if req.timestamps is not None and len(req.timestamps) != len(encoded):
+        raise fastapi.HTTPException(
+            422, f"timestamps: {len(req.timestamps)} lists for {len(encoded)} histories"
+        )
+    stamps = req.timestamps or [None] * len(encoded)
+    return [
+        _clock(rec, e, t, req.at, f"timestamps[{i}]")
+        for i, (e, t) in enumerate(zip(encoded, stamps, strict=True))
+    ]
+
+
 def _answerer(rec: Recommender, opts: ServeOptions, batcher: Any) -> Any:
     """The answer to one POST /recommend request (a history, or a known user by id), and the
     helpers the batch route shares: (answer, check_length, encode, items)."""
@@ -152,14 +229,7 @@ def _answerer(rec: Recommender, opts: ServeOptions, batcher: Any) -> Any:
             raise fastapi.HTTPException(422, str(e)) from None
 
     def items(recs: list[tuple[Any, float]]) -> list[dict[str, Any]]:
-        out = []
-        for item, score in recs:
-            row: dict[str, Any] = {"item": item, "score": score}
-            meta = rec.describe(item)
-            if meta is not None:
-                row.update(meta)
-            out.append(row)
-        return out
+        return _items(rec, recs)
 
     async def answer(req: Any) -> dict[str, Any]:
         row = None if req.user is None else rec.user_index(req.user)
@@ -167,8 +237,11 @@ def _answerer(rec: Recommender, opts: ServeOptions, batcher: Any) -> Any:
             check_length(req.history)
             enc = encode(req.history)
             ids, dropped = enc.ids, enc.unknown
+            when = _clock(rec, enc, req.timestamps, req.at, "timestamps")
         elif row is not None and rec.dataset is not None:  # a known user, by id
             ids, dropped = rec.dataset.sequences[row], []
+            times = rec.user_times([row])  # a model of time: the user's own
+            when = None if times is None else (times[0], _query_time(req.at))
         elif req.user is not None:
             raise fastapi.HTTPException(
                 422,
@@ -183,7 +256,7 @@ def _answerer(rec: Recommender, opts: ServeOptions, batcher: Any) -> Any:
         try:
             if req.candidates is None and req.exclude is None:  # the common request: batched
                 user = -1 if row is None else row
-                recs = await batcher.recommend(ids, req.k, req.exclude_seen, user, deadline)
+                recs = await batcher.recommend(ids, req.k, req.exclude_seen, user, deadline, when)
             else:
                 (recs,) = await batcher.run(
                     lambda: rec.recommend_encoded(
@@ -194,6 +267,8 @@ def _answerer(rec: Recommender, opts: ServeOptions, batcher: Any) -> Any:
                         exclude=req.exclude,
                         users=None if row is None else [row],
                         deadline=deadline,
+                        times=None if when is None else [when[0]],
+                        at=None if when is None else [when[1]],
                     )
                 )
         except UnknownItemsError as e:  # among the candidates
@@ -224,8 +299,8 @@ def recommend_routes(
     from seqrec.serving.batching import MicroBatcher
 
     batcher = MicroBatcher(
-        lambda histories, k, exclude_seen, users: rec.recommend_encoded(
-            histories, k, exclude_seen, users=users
+        lambda histories, k, exclude_seen, users, times, at: rec.recommend_encoded(
+            histories, k, exclude_seen, users=users, times=times, at=at
         ),
         max_size=opts.micro_batch,
         wait=opts.batch_wait,
@@ -260,6 +335,8 @@ def recommend_routes(
         for h in req.histories:
             check_length(h)
         encoded = [encode(h) for h in req.histories]
+        clocks = _batch_clocks(rec, req, encoded)
+        timed = rec.model.uses_times
         deadline = DEADLINE.get()
         recs = await batcher.run(
             lambda: rec.recommend_encoded(
@@ -268,6 +345,8 @@ def recommend_routes(
                 req.exclude_seen,
                 exclude=req.exclude,
                 deadline=deadline,
+                times=[c[0] for c in clocks] if timed else None,
+                at=[c[1] for c in clocks] if timed else None,
             )
         )
         results = [

@@ -254,7 +254,7 @@ def create_app(
     _docs_route(app)
     fast: dict[str, Any] = {}  # the guard's direct routes, filled by _recommend_routes
     _install_handlers(app, opts, fast)
-    rec.recommend([], k=1)  # a first scoring: /ready means the model answers
+    rec.recommend_batch([[]], k=1, times=[[]])  # a first scoring: /ready means the model answers
     schemas = routes.schemas(rec, opts)
 
     @app.get("/health", response_model=schemas.Status)

@@ -188,6 +188,7 @@ def shard(batch: Batch, r: Ranks, negatives_per: str) -> tuple[Batch, float]:
         segments=rows_of(batch.segments),
         position_ids=rows_of(batch.position_ids),
         users=rows_of(batch.users),
+        times=rows_of(batch.times),
         n_sequences=0,
     )
     weight = 0.0 if empty or total == 0 else (end - start) / total * r.world

@@ -29,6 +29,7 @@ from seqrec.evaluation.protocols import (
     evaluate_split,
     pad_histories,
     parse_protocols,
+    times_argument,
 )
 
 __all__ = ["POP_MARGIN", "advice", "judge"]
@@ -136,8 +137,9 @@ def _same_top10(
     if len(rows) < 2:
         return False
     histories = torch.from_numpy(pad_histories(test.histories, rows, scorer.max_len)).to(device)
+    times = times_argument(scorer, test, rows, histories.shape[1], device)
     with torch.no_grad():
-        scores = scorer.score(histories).clone()
+        scores = scorer.score(histories, **times).clone()
     scores[:, 0] = -torch.inf  # the padding id
     top = torch.topk(scores, min(10, scores.shape[1] - 1), dim=1).indices.sort(dim=1).values
     same = bool((top == top[:1]).all())

@@ -220,19 +220,28 @@ class ModelScorer:
     def __init__(self, model: SequenceModel, bf16: bool, device: torch.device) -> None:
         self.model, self.bf16, self.device = model, bf16, device
         self.max_len: int | None = model.max_len
+        self.uses_times = model.uses_times
 
-    def score(self, histories: torch.Tensor, users: torch.Tensor | None = None) -> torch.Tensor:
+    def score(
+        self,
+        histories: torch.Tensor,
+        users: torch.Tensor | None = None,
+        times: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            return self.model.score(histories, users).float()
+            return self.model.score(histories, users, times).float()
 
     @property
     def blockwise(self) -> bool:
         return self.model.blockwise
 
     def block_scores(
-        self, histories: torch.Tensor, users: torch.Tensor | None = None
+        self,
+        histories: torch.Tensor,
+        users: torch.Tensor | None = None,
+        times: torch.Tensor | None = None,
     ) -> BlockScores:
-        return self.model.block_scores(histories, users, bf16=self.bf16)
+        return self.model.block_scores(histories, users, times, bf16=self.bf16)
 
 
 @contextlib.contextmanager
