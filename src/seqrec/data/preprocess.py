@@ -28,6 +28,7 @@ __all__ = [
     "dense_codes",
     "kcore_mask",
     "left_pad",
+    "left_pad_times",
     "preprocess",
 ]
 
@@ -102,6 +103,15 @@ def left_pad(items: np.ndarray, starts: np.ndarray, ends: np.ndarray, width: int
     idx = ends[:, None] - width + np.arange(width)[None, :]  # (B, L)
     real = idx >= starts[:, None]
     return np.where(real, items[np.where(real, idx, 0)], 0)
+
+
+def left_pad_times(
+    times: np.ndarray, starts: np.ndarray, ends: np.ndarray, width: int, query: np.ndarray
+) -> np.ndarray:
+    """(B, width + 1) int64: `left_pad` of the items' `times` (0 for padding), then each row's
+    `query` time, the time its recommendation is for: what a model of time reads
+    (`SequenceModel.uses_times`)."""
+    return np.concatenate([left_pad(times, starts, ends, width), query[:, None]], axis=1)
 
 
 @dataclass(frozen=True)

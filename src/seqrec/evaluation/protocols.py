@@ -40,7 +40,7 @@ from seqrec.data.candidates import (
     item_popularity,
     sample_negatives,
 )
-from seqrec.data.preprocess import Sequences, left_pad
+from seqrec.data.preprocess import Sequences, left_pad, left_pad_times
 from seqrec.data.split import EvalSet
 from seqrec.errors import DataError
 from seqrec.evaluation.blocks import BlockScores
@@ -144,8 +144,7 @@ def pad_times(
     row's `query` time, the time its recommendation is for (a model that `uses_times`)."""
     if seqs.times is None or query is None:
         raise ValueError("the model reads when each item happened: these histories have no times")
-    starts, ends = seqs.offsets[rows], seqs.offsets[rows + 1]
-    return np.concatenate([left_pad(seqs.times, starts, ends, width), query[:, None]], axis=1)
+    return left_pad_times(seqs.times, seqs.offsets[rows], seqs.offsets[rows + 1], width, query)
 
 
 def times_argument(

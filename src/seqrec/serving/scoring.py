@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from seqrec.data.preprocess import left_pad
+from seqrec.data.preprocess import left_pad, left_pad_times
 from seqrec.errors import SeqrecError
 from seqrec.serving.index import approximate_top, csr, masked_top
 
@@ -27,7 +27,6 @@ __all__ = [
     "clock",
     "history_inputs",
     "index_top",
-    "padded_times",
     "seconds",
 ]
 
@@ -85,15 +84,6 @@ def clock(
             raise ValueError(f"at: {given.size} query times for {len(histories)} histories")
         query[:] = given
     return rows, query
-
-
-def padded_times(
-    times: np.ndarray, starts: np.ndarray, ends: np.ndarray, width: int, query: np.ndarray
-) -> np.ndarray:
-    """(B, width + 1) int64: the times of the last `width` items of each slice
-    times[starts[b]:ends[b]], left-padded with 0, then each row's `query` time: the `times`
-    argument of a model of time."""
-    return np.concatenate([left_pad(times, starts, ends, width), query[:, None]], axis=1)
 
 
 def block_top(
@@ -172,5 +162,5 @@ def history_inputs(
     inputs = torch.from_numpy(left_pad(items, starts, ends, width)).to(rec.device)
     if when is None:
         return inputs, None
-    padded = padded_times(csr(when[0])[0], starts, ends, width, when[1])
+    padded = left_pad_times(csr(when[0])[0], starts, ends, width, when[1])
     return inputs, torch.from_numpy(padded).to(rec.device)
