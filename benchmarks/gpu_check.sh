@@ -12,6 +12,8 @@
 #   git clone -q --depth 1 "file://$PWD" /tmp/shallow && rm -rf .gpu/git && cp -r /tmp/shallow/.git .gpu/git
 #   device run: command "bash benchmarks/gpu_check.sh", carry [".whl-gpu", ".data", ".gpu/git"]
 # The results come back in $OUT (gpu_check.md, gpu_check.json, the log).
+# The single model for 5 minutes (LRURec, meant to pass full NDCG@10 0.19), alone:
+#   bash benchmarks/gpu_check.sh --recipes lrurec-5m --skip-throughput --skip-tests --name gpu_check_lrurec
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for w in .whl-gpu .whl; do
