@@ -6,8 +6,9 @@
 1. time to quality: `seqrec train` of recipes of `RECIPES` (default: the shipped configs, no
    flag, and `sasrec-ce-ddp1`, the SASRec+CE one launched by torchrun as one NCCL rank: the
    distributed path on the GPU; `lrurec-5m`, the single model for 5 minutes, on request) on the
-   papers' ML-1M file under --budget or the recipe's own (`BUDGETS`): test NDCG@10 and HR@10 under the three protocols, epochs, sequences/s and the
-   GPU's utilisation (nvidia-smi, sampled every 0.5 s) during the run;
+   papers' ML-1M file under --budget or the recipe's own (`BUDGETS`): test NDCG@10 and HR@10
+   under the three protocols, epochs, sequences/s and the GPU's utilisation (nvidia-smi,
+   sampled every 0.5 s) during the run;
 2. throughput (in one process, no run directory): `ml-1m-bert4rec` and `ml-1m-sasrec-ce`
    training steps at several batch sizes, with and without batches built ahead
    (`train.prefetch`), bf16 autocast and packing: sequences/s over about --window seconds of
