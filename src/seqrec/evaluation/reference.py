@@ -139,6 +139,8 @@ PUBLISHED: dict[str, str] = {
     "0.3219": "SASRec Table III, SASRec, NDCG@10 (uni100), Beauty (SASRec's own preprocessing)",
     "0.1720": "HSTU, full NDCG@10, ML-1M, HSTU's preprocessing (Zhai et al., ICML 2024)",
     "0.1893": "HSTU-large, full NDCG@10, ML-1M, HSTU's preprocessing (Zhai et al., ICML 2024)",
+    "0.1979": "HSTU-large with Mixture-of-Logits, full NDCG@10, ML-1M, HSTU's preprocessing "
+    "(Ding & Zhai, Retrieval with Learned Similarities)",
 }
 
 
