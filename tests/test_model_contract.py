@@ -91,7 +91,11 @@ VARIANTS: dict[str, list[list[str]]] = {
     "ncf": [["ncf.n_layers=1"], ["ncf.n_layers=4", "ncf.factors=6"]],
     "fpmc": [["fpmc.user_term=false"]],
     "caser": [["caser.window=3", "caser.n_h=5", "caser.n_v=2"]],
-    "hstu": [["hstu.time_bias=true", "hstu.time_buckets=20"], ["hstu.position_bias=false"]],
+    "hstu": [
+        ["hstu.time_bias=true", "hstu.time_buckets=20"],
+        ["hstu.position_bias=false"],
+        ['hstu.head="mol"', "mol.query_groups=3", "mol.dim=8", "mol.gate_hidden=16"],
+    ],
 }
 
 

@@ -70,6 +70,13 @@ _RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = {
     "id_dropout": (0, 1, False, False),
     "text_dim": (1, 4096, False, False),
     "cold_neighbours": (1, 1000, False, False),
+    "query_groups": (1, 1024, False, False),  # the MoL head's (seqrec.models.mol)
+    "item_groups": (1, 1024, False, False),
+    "dim": (1, _MAX_WIDTH, False, False),
+    "query_hidden": (1, _MAX_WIDTH, False, False),
+    "gate_hidden": (1, _MAX_WIDTH, False, False),
+    "item_dropout": (0, 1, False, True),
+    "gate_dropout": (0, 1, False, True),
 }
 
 

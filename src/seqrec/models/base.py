@@ -53,8 +53,9 @@ class SequenceModel(nn.Module, ABC):
     # None) is a history of a user the model never saw: its user term is left out (zero).
     uses_users: ClassVar[bool] = False
     # False for a model whose score of (user, item) is not a dot product with an output layer
-    # (NCF's MLP): the sampled losses then read `pair_logits`, and `score` is its own
-    dot_product_output: ClassVar[bool] = True
+    # (NCF's MLP, HSTU's Mixture of Logits head): the sampled losses then read `pair_logits`,
+    # and `score` is its own; a class default a model may set per instance (per head)
+    dot_product_output: bool = True
     # False where torch's ONNX exporter cannot convert the model (GRU4Rec: nn.GRU); TorchScript
     # export still works
     onnx_export: ClassVar[bool] = True
@@ -122,6 +123,17 @@ class SequenceModel(nn.Module, ABC):
         weight, bias = self.output_weights()
         out = torch.einsum("md,mkd->mk", features, weight[items - 1])
         return out if bias is None else out + bias[items - 1]
+
+    def sequence_logits(
+        self, features: torch.Tensor, items: torch.Tensor, positions: torch.Tensor
+    ) -> torch.Tensor:
+        """(B, L, D) output features, (B, k) item ids, each row's own, and the (B, L) bool
+        `positions` to score -> (M, k) scores of each position's row's items (per-sequence
+        negatives); the dot product with the output layer unless a model
+        (`dot_product_output` False) has its own."""
+        weight, bias = self.output_weights()
+        out = torch.einsum("bld,bkd->blk", features, weight[items - 1])[positions]
+        return out if bias is None else out + bias[items - 1][positions.nonzero()[:, 0]]
 
     def init_output_bias(self, popularity: torch.Tensor) -> None:  # noqa: B027 (optional hook)
         """Called once before training with the (n_items,) training counts; no-op by default."""

@@ -21,6 +21,12 @@ happened and t_q, for query i, when the item after i happened (in training, its 
 the last position, the time the recommendation is asked for: in evaluation the held-out
 item's, in serving the request's).
 
+With `head = "mol"` the score is the Mixture of Logits of seqrec.models.mol (the authors' best
+ML-1M row, "HSTU + MoL") instead of the cosine: as in the authors' MoL configuration, the output
+is layer-normalised (no affine parameters) rather than L2-normalised, and the item embeddings
+enter the head as they are. It trains with a sampled loss only (each score is computed per
+(position, item) pair), and is scored over the whole catalogue, not in blocks or through an index.
+
 Named deviations from the authors' code:
 - N: the window (`max_len`) rather than the authors' padded length (max_len + 11 output
   slots). The factor 1/N is followed by LayerNorm(A V), which undoes any constant scale but
@@ -36,7 +42,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.nn.functional as F
@@ -53,6 +59,7 @@ from seqrec.models.base import (
     linear,
     next_item_batches,
 )
+from seqrec.models.mol import MixtureOfLogits, MoLConfig, mol_parameters
 
 if TYPE_CHECKING:
     from seqrec.config import RunConfig
@@ -84,6 +91,9 @@ class HSTUConfig:
     # it): needs a log with timestamps, and `times` wherever the model is scored
     time_bias: bool = False
     time_buckets: int = 128  # the authors' num_buckets: buckets 0..128 of the log time gap
+    # the score: "dot", the cosine over the temperature; "mol", the Mixture of Logits of the
+    # [mol] section (seqrec.models.mol)
+    head: Literal["dot", "mol"] = "dot"
 
 
 _TIME_BUCKET = 0.301  # the authors' bucket width in ln(seconds)
@@ -170,9 +180,14 @@ class HSTULayer(nn.Module):
 class HSTU(SequenceModel):
     item_tables = ("item_emb",)
 
-    def __init__(self, n_items: int, cfg: HSTUConfig | None = None) -> None:
+    def __init__(
+        self, n_items: int, cfg: HSTUConfig | None = None, mol: MoLConfig | None = None
+    ) -> None:
         super().__init__()
         self.cfg = cfg = cfg or HSTUConfig()
+        # the Mixture of Logits head, or None (the cosine)
+        self.mol = MixtureOfLogits(cfg.d_model, mol or MoLConfig()) if cfg.head == "mol" else None
+        self.dot_product_output = self.mol is None
         self.n_items = n_items
         self.item_emb = nn.Embedding(n_items + 1, cfg.d_model, padding_idx=0)
         nn.init.trunc_normal_(self.item_emb.weight, std=0.02, a=-0.04, b=0.04)
@@ -234,12 +249,47 @@ class HSTU(SequenceModel):
         return x
 
     def output_features(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The L2-normalised output over the temperature."""
+        """The L2-normalised output over the temperature (with the MoL head: layer-normalised)."""
+        if self.mol is not None:
+            return F.layer_norm(hidden, (self.cfg.d_model,), eps=_EPS)
         return F.normalize(hidden, dim=-1, eps=_EPS) / self.cfg.temperature
 
     def output_weights(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The L2-normalised item embeddings of items 1..n; no bias."""
+        """The L2-normalised item embeddings of items 1..n; no bias. With the MoL head: the
+        item embeddings themselves, what the head reads (and item-to-item similarity), not a
+        layer whose product with the features is the score."""
+        if self.mol is not None:
+            return self.item_emb.weight[1:], None
         return F.normalize(self.item_emb.weight[1:], dim=-1, eps=_EPS), None
+
+    def pair_logits(self, features: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+        """(M, D) output features, (M, k) item ids -> (M, k) scores (the cosine, or MoL)."""
+        if self.mol is None:
+            return super().pair_logits(features, items)
+        return self.mol.pair_scores(features, self.item_emb.weight, items)
+
+    def sequence_logits(
+        self, features: torch.Tensor, items: torch.Tensor, positions: torch.Tensor
+    ) -> torch.Tensor:
+        """(B, L, D) output features, (B, k) each row's items, (B, L) bool positions -> (M, k)
+        (the cosine, or MoL)."""
+        if self.mol is None:
+            return super().sequence_logits(features, items, positions)
+        return self.mol.sequence_scores(features, self.item_emb.weight, items, positions)
+
+    @torch.no_grad()
+    def score(
+        self,
+        histories: torch.Tensor,
+        users: torch.Tensor | None = None,
+        times: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """(B, L) histories -> (B, n_items + 1), column 0 -inf (with MoL, blocks of items)."""
+        if self.mol is None:
+            return super().score(histories, users, times)
+        features = self.user_features(histories, users, times)
+        scores = self.mol.score(features, self.item_emb.weight[1:])
+        return torch.cat([torch.full_like(scores[:, :1], -math.inf), scores], dim=1)
 
     @property
     def uses_times(self) -> bool:
@@ -264,7 +314,15 @@ def _batches(cfg: RunConfig, ds: PreparedDataset) -> Sampler:
 
 
 def _validate(cfg: RunConfig, ds: PreparedDataset | None) -> None:
-    """`time_bias` reads the log's timestamps, row by row: a dataset with them, no packing."""
+    """`time_bias` reads the log's timestamps, row by row: a dataset with them, no packing. The
+    MoL head scores (position, item) pairs: a sampled loss, negatives per position or sequence."""
+    pairs = cfg.train.loss != "ce" and cfg.train.negatives_per != "batch"
+    if cfg.hstu.head == "mol" and not pairs:
+        raise ConfigError(
+            'hstu.head = "mol" scores (position, item) pairs: it trains with a sampled loss and '
+            'train.negatives_per "position" or "sequence", got '
+            f"{cfg.train.loss!r} / {cfg.train.negatives_per!r}"
+        )
     if not cfg.hstu.time_bias:
         return
     if cfg.next_item.pack:
@@ -284,15 +342,16 @@ def _parameters(n_items: int, n_users: int, cfg: RunConfig) -> int:
     layer = c.d_model * (2 * h * c.d_v + 2 * h * c.d_qk) + linear(h * c.d_v, c.d_model)
     layer += (2 * c.max_len - 1) * c.position_bias
     layer += (c.time_buckets + 1) * c.time_bias
-    return (n_items + 1) * c.d_model + c.max_len * c.d_model + c.n_layers * layer
+    head = mol_parameters(c.d_model, cfg.mol) if c.head == "mol" else 0
+    return (n_items + 1) * c.d_model + c.max_len * c.d_model + c.n_layers * layer + head
 
 
 # the registry entry: the shifted next-item task, and the authors' ML-1M recipe: Adam at 1e-3,
 # no weight decay, batch 128, sampled softmax with 128 negatives
 ENTRY = ModelEntry(
     name="hstu",
-    sections={"hstu": HSTUConfig, "next_item": NextItemConfig},
-    build=lambda n_items, n_users, cfg: HSTU(n_items, cfg.hstu),
+    sections={"hstu": HSTUConfig, "mol": MoLConfig, "next_item": NextItemConfig},
+    build=lambda n_items, n_users, cfg: HSTU(n_items, cfg.hstu, cfg.mol),
     parameters=_parameters,
     batches=_batches,
     validate=_validate,

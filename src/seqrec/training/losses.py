@@ -404,6 +404,10 @@ class ItemModel(Protocol):
 
     def pair_logits(self, features: torch.Tensor, items: torch.Tensor) -> torch.Tensor: ...
 
+    def sequence_logits(  # (B, L, D), (B, k), (B, L) bool -> (M, k)
+        self, features: torch.Tensor, items: torch.Tensor, positions: torch.Tensor
+    ) -> torch.Tensor: ...
+
 
 def _at(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """x (B, L, ...) at `positions`: a (B, L) bool mask or (M,) flat indices -> (M, ...)."""
@@ -433,12 +437,21 @@ def model_loss(
     model. `forward`: what runs the model forward, if not the model itself (a distributed run's
     DistributedDataParallel wrapper, whose forward synchronises the gradients)."""
     hidden = (forward or model)(inputs, **(layout or {}))  # (B, L, D)
-    if not getattr(model, "dot_product_output", True):  # NCF: scores of (user, item) pairs
-        if spec.name not in SAMPLED_LOSSES or spec.negatives_per != "position" or negatives is None:
+    if not getattr(model, "dot_product_output", True):  # NCF, MoL: scores of (user, item) pairs
+        per = spec.negatives_per
+        if spec.name not in SAMPLED_LOSSES or per == "batch" or negatives is None:
             raise ValueError(
                 f"loss {spec.name!r}: this model scores (user, item) pairs, so it trains with a "
-                "sampled loss and negatives per position"
+                "sampled loss and negatives per position or per sequence"
             )
+        if per == "sequence":  # (B, k), a row's for all its positions: scored once per row
+            features = model.output_features(hidden)  # (B, L, D)
+            if positions.dtype != torch.bool:  # flat indices -> the (B, L) mask
+                mask = torch.zeros(hidden.shape[:2], dtype=torch.bool, device=hidden.device)
+                positions = mask.flatten().index_fill(0, positions, True).view_as(mask)
+            neg = model.sequence_logits(features, negatives, positions).float()  # (M, k)
+            pos = model.pair_logits(_at(features, positions), targets[:, None])[:, 0].float()
+            return SAMPLED_LOSSES[spec.name](spec, pos, neg)
         z = model.output_features(_at(hidden, positions))  # (M, D)
         logits = model.pair_logits(z, torch.cat([targets[:, None], negatives], dim=1)).float()
         return SAMPLED_LOSSES[spec.name](spec, logits[:, 0], logits[:, 1:])
