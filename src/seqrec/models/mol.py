@@ -1,5 +1,5 @@
 """Mixture of Logits (MoL): a learned similarity of a user and an item that is not one dot product
-(Zhai et al., KDD 2023, "Revisiting Neural Retrieval on Accelerators"; Ding et al. 2024,
+(Zhai et al., KDD 2023, "Revisiting Neural Retrieval on Accelerators"; Ding & Zhai 2024,
 "Retrieval with Learned Similarities"), the output head of the best published ML-1M HSTU row. Read
 from the authors' code (bailuding/rails, `modeling/similarity/mol*.py`, and its ML-1M
 configuration `hstu-mol-sampled-softmax-n128-8x4x64-rails-final.gin`).
