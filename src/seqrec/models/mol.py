@@ -16,8 +16,8 @@ For a user's features u (D) and an item's embedding e (D):
 Serving cost: a dot product per (user, item) is D multiply-adds; MoL is P * Q * d for the logits
 plus about 2 * P * Q * h for the gating MLP of the logits (h its width), so at the defaults about
 10,000 multiply-adds a pair, some 200 times a 50-wide dot product. The item side (components and
-the item part of the gate) is computed once per item and reused; no index (HNSW) or quantized
-export applies, since the score is not an inner product.
+the item part of the gate) is computed once per item and reused; no inner-product index (HNSW)
+applies, since the score is not an inner product.
 
 Named deviations from the authors' ML-1M configuration:
 - No user-id component: the authors' query side has P - 1 components from the sequence and one
