@@ -25,6 +25,7 @@ from seqrec.serving.recommender import Recommender
 from seqrec.training.checkpoint import load_run
 from seqrec.training.fit import fit
 from seqrec.training.losses import LossSpec, model_loss
+from seqrec.training.sizes import check_memory, memory
 
 SMALL = MoLConfig(query_groups=3, item_groups=2, dim=5, query_hidden=7, gate_hidden=6)
 
@@ -110,6 +111,21 @@ def test_a_mol_head_trains_on_per_sequence_negatives_as_on_their_copies_per_posi
     assert torch.allclose(a, c, atol=1e-5) and torch.allclose(b, c, atol=1e-5)
     a.backward()
     assert model.mol is not None and model.mol.gate_logits[0].weight.grad is not None
+
+
+def test_the_size_check_weighs_the_heads_pairs_and_refuses_a_batch_over_the_bound() -> None:
+    """Each (position, item) pair keeps the gating MLP's two hidden layers (128 each) and six
+    P * Q = 32 tensors for its backward pass: at the authors' ML-1M batch (128 windows of 200,
+    128 negatives) about 6 GiB, under the 8 GiB bound; twice the batch is refused in one line."""
+    dot = load_config(RunConfig, "ml-1m-hstu", [])
+    mol = load_config(RunConfig, "ml-1m-hstu", ['hstu.head="mol"'])
+    pairs = 128 * 200 * (128 + 1)
+    extra = memory(mol, 3416).activations - memory(dot, 3416).activations
+    assert extra == pairs * (2 * 128 + 6 * 32) * 4
+    check_memory(mol, 3416, training=True)
+    big = load_config(RunConfig, "ml-1m-hstu", ['hstu.head="mol"', "train.batch_size=256"])
+    with pytest.raises(ConfigError, match=r"activations of a batch 11\.\d GiB"):
+        check_memory(big, 3416, training=True)
 
 
 def _config(*more: str) -> RunConfig:

@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["MixtureOfLogits", "MoLConfig", "mol_parameters"]
+__all__ = ["MixtureOfLogits", "MoLConfig", "mol_activation_floats", "mol_parameters"]
 
 _EPS = 1e-6  # the authors' L2-norm epsilon
 # Items scored at once by `MixtureOfLogits.score`: the gating MLP's (B, items, h) activations
@@ -191,3 +191,12 @@ def mol_parameters(d_model: int, cfg: MoLConfig) -> int:
     item = d_model * cfg.item_groups * cfg.dim + cfg.item_groups * cfg.dim
     gates = 2 * (d_model * h + h + h * n) + (n * h + h + h * n + n)
     return query + item + gates
+
+
+def mol_activation_floats(cfg: MoLConfig, pairs: int) -> int:
+    """Floats the head keeps for the backward pass of `pairs` (position, item) scores: the
+    gating MLP's two hidden layers (h each) and about six P * Q tensors (the logits, the gates
+    before and after their SiLU, the softmax, its dropout mask, the weights); what
+    seqrec.training.sizes adds for it (at ML-1M's batch of 128 windows of 200 and 128 negatives,
+    about 6 GiB)."""
+    return pairs * (2 * cfg.gate_hidden + 6 * cfg.query_groups * cfg.item_groups)

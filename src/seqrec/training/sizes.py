@@ -9,7 +9,8 @@ bound before anything is allocated (training, loading a run, experiment specs, e
     activations  one batch's hidden states kept for the backward pass, per layer, the
                  attention weights of the attention models (B x heads x L x L per layer), and
                  the loss's: a chunk of the full softmax's logits, or the sampled losses'
-                 negatives (their embeddings gathered, their logits)
+                 negatives (their embeddings gathered, their logits); and a Mixture-of-Logits
+                 head's gating activations, per (position, item) pair
 
 The bound is 8 GiB (`SEQREC_MAX_MODEL_BYTES` replaces it): loading a run checks the parameters
 against it, training checks all three together.
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from seqrec.errors import ConfigError
 from seqrec.files import env_bytes
+from seqrec.models.mol import mol_activation_floats
 
 if TYPE_CHECKING:
     from seqrec.config import RunConfig
@@ -69,6 +71,9 @@ def memory(cfg: RunConfig, n_items: int, n_users: int = 0) -> Memory:
     if isinstance(heads, int):  # attention weights: (B, h, L, L) a layer, and their dropout mask
         acts += 2 * cfg.train.batch_size * heads * length * length * (layers - 1) * _FLOAT
     acts += _loss_floats(cfg, n_items, rows, width) * _FLOAT
+    mol = dict(cfg.sections).get("mol")
+    if mol is not None and getattr(section, "head", None) == "mol":  # a score per pair
+        acts += mol_activation_floats(mol, rows * (cfg.train.n_negatives + 1)) * _FLOAT
     return Memory(params, 3 * params, acts)
 
 
