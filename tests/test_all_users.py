@@ -85,3 +85,40 @@ def test_all_users_on_the_command_line(
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1
     assert pl.read_csv(out).equals(table)  # the refused run left it as it was
+
+
+def test_sigterm_removes_the_parts_and_stale_parts_are_removed_first(
+    tiny_runs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import signal
+
+    rec = Recommender.from_run(tiny_runs["sasrec"])
+    out = tmp_path / "recs.parquet"
+    real = rec.recommend_encoded
+    calls = []
+
+    def terminated(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 2:  # a part written, the next one under way
+            assert len(list(tmp_path.glob(".recs.parquet.parts.*/*.parquet"))) == 1
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rec, "recommend_encoded", terminated)
+    with pytest.raises(SystemExit) as stopped:
+        write_all_users(rec, out, k=3, chunk=10, progress=False)
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert list(tmp_path.iterdir()) == []  # no output, no parts
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler given back
+    # folders a SIGKILL left: a dead process's and an unnamed one are removed; a live writer's
+    # (this process's pid) is left alone
+    dead = tmp_path / ".recs.parquet.parts.999999999-0a0b"
+    unnamed = tmp_path / ".recs.parquet.parts.k2x9q_1"
+    live = tmp_path / f".recs.parquet.parts.{os.getpid()}-beef"
+    for folder in (dead, unnamed, live):
+        folder.mkdir()
+        (folder / "00000000.parquet").write_bytes(b"part")
+    monkeypatch.setattr(rec, "recommend_encoded", real)
+    write_all_users(rec, out, k=3, chunk=10, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([out.name, live.name])

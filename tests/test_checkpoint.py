@@ -129,7 +129,7 @@ def test_a_second_training_on_the_same_directory_is_refused(tmp_path: Path) -> N
     run = tmp_path / "run"
     with (
         RunDir(run).lock(),
-        pytest.raises(RunError, match=r"in use by another training \(pid \d+ on "),
+        pytest.raises(RunError, match=r"in use by another writer \(pid \d+ on "),
         RunDir(run).lock(),
     ):
         pass
@@ -221,7 +221,7 @@ def test_a_stale_lock_is_taken_over_and_another_hosts_needs_break_lock(tmp_path:
     (run / ".lock").write_text(
         f"{os.getpid()} {lock._start_time(os.getpid())} {socket.gethostname()}"
     )
-    with pytest.raises(RunError, match="in use by another training"), RunDir(run).lock():
+    with pytest.raises(RunError, match="in use by another writer"), RunDir(run).lock():
         pass
     # another host's lock: seqrec cannot tell, so it says how to take it
     (run / ".lock").write_text("4242 123 elsewhere.example")

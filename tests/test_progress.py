@@ -5,6 +5,7 @@ tqdm's bar."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -38,6 +39,18 @@ def test_a_piped_training_writes_a_line_per_epoch_and_no_redraws(tmp_path: Path)
     epochs = [line for line in lines if line.startswith("train sasrec: epoch ")]
     assert len(epochs) == 6, lines
     assert "loss " in epochs[0] and "seq_s " in epochs[0] and epochs[-1].endswith(" s")
+    # each line's val is that epoch's own value (log.jsonl), the best so far beside it
+    logged = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines()]
+    key = next(k for k in logged[-1] if k.startswith("valid_"))
+    best, at = -1.0, -1
+    for printed, row in zip(epochs, logged, strict=True):
+        value = row.get(key)
+        if value is not None and value > best:
+            best, at = value, row["epoch"]
+            assert (row["best_valid"], row["best_epoch"]) == (best, at)
+        shown = "-" if value is None else f"{value:.4f}"
+        tail = "" if at < 0 else " (best)" if value == best else f" (best {best:.4f} @{at})"
+        assert f", val {shown}{tail}, " in printed, (printed, row)
     assert len(lines) <= len(epochs) + 8, lines  # the epochs, and a line per phase
     assert any("evaluating epoch" in line for line in lines)
     assert any(line.startswith("prepare ratings: reading") for line in lines)

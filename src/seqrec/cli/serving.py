@@ -19,6 +19,7 @@ from seqrec.cli.common import (
 )
 from seqrec.errors import ConfigError, SeqrecError
 from seqrec.outputs import check_out_file
+from seqrec.serving.catalogue import CATALOGUE_WAIT
 from seqrec.serving.export import FORMATS, QUANTIZED, export_run
 from seqrec.serving.files import read_timed_histories, write_recommendations
 from seqrec.serving.indexing import TARGET_RECALL
@@ -233,7 +234,9 @@ def cmd_index(args: argparse.Namespace) -> int:
     from seqrec.serving.indexing import build_index
 
     if args.remove:
-        RunDir(args.run, trust=args.trust).save_index(None)
+        run = RunDir(args.run, trust=args.trust)
+        with run.lock(wait=CATALOGUE_WAIT, what="catalogue"):
+            run.save_index(None)
         print(f"{args.run}: item index removed (every item scored)")
         return 0
     for flag in ("m", "ef_construction", "ef_search", "sample", "nlist", "nprobe"):

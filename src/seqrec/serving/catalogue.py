@@ -1,24 +1,42 @@
 """A trained run's catalogue grown without retraining: items of an items table, each scored
 from its features (seqrec.models.tower gives it the id embedding of the trained items nearest to
-it by features)."""
+it by features).
+
+One writer at a time: a change recorded in the run directory holds the run's lock (the one a
+training holds) from the moment it reads the catalogue to the moment its files are in place, and
+first loads the catalogue again when another writer (`seqrec add-items`, a server process, a
+Python `add_items`) changed it since this one was loaded: every acknowledged item stays, and
+the run's files always agree with each other and with its manifest."""
 
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from seqrec.data.ids import IdCodec
 from seqrec.data.item_features import items_file_bytes
 from seqrec.data.items_table import read_items_table
 from seqrec.errors import ConfigError, DataError
+from seqrec.training.checkpoint import Run
 from seqrec.training.rundir import RunDir
 
 if TYPE_CHECKING:
     from seqrec.serving.recommender import Recommender
 
-__all__ = ["add_items"]
+__all__ = ["CATALOGUE_WAIT", "add_items"]
+
+# how long a catalogue change waits for another writer of the same run (a training holds the
+# lock for as long as it trains: then the change is refused in one line)
+CATALOGUE_WAIT = 60.0
+
+
+@dataclass
+class _Grown:
+    run: Run
+    popularity: np.ndarray
+    ids: list[Any]
 
 
 def add_items(
@@ -30,15 +48,16 @@ def add_items(
     seqrec.models.tower), so that it is recommended, scored and
     returned by `similar_items` like the others; the other items' scores are unchanged.
     `save`: the run directory records them (its vocab, items file and weights, replaced
-    together), so that every later load has them. Returns the new items' ids. One line for a
-    run without item features, an item already in the catalogue, or a table the run's encoder
-    cannot read."""
+    together, under the run's lock, after the catalogue was loaded again if another writer
+    changed it), so that every later load has them. Returns the new items' ids. One line for a
+    run without item features, an item already in the catalogue, a table the run's encoder
+    cannot read, or a run another writer holds for longer than `CATALOGUE_WAIT`."""
     if rec.run.items is None:
         raise ConfigError(
             f"{rec.run.path}: trained without item features, so a new item has nothing to "
             "be scored from (train with --items-table and --item-features)"
         )
-    encoder, features = rec.run.items
+    encoder = rec.run.items[0]  # fitted at training: the same for every later catalogue
     df, _ = read_items_table(
         table,
         item_col=rec.run.config.items.item_col,
@@ -46,6 +65,31 @@ def add_items(
         separator=encoder.separator,
     )
     ids = df.get_column("item").to_list()
+    if not save:  # this process's catalogue only
+        grown = _grown(rec, df, ids, neighbours)
+        rec.use_catalogue(grown.run, grown.popularity, None, rec.stamp)
+        return ids
+    run = RunDir(rec.run.path)
+    with run.lock(wait=CATALOGUE_WAIT, what="catalogue"):
+        rec.reload_catalogue()  # another writer's items first: never saved over
+        grown = _grown(rec, df, ids, neighbours)
+        vocab = {
+            **run.vocab(),
+            "items": grown.run.item_ids,
+            "popularity": grown.popularity.tolist(),
+        }
+        state = {k: v.detach().cpu() for k, v in grown.run.model.state_dict().items()}
+        assert grown.run.items is not None
+        run.add_items(vocab, items_file_bytes(*grown.run.items), state)
+        run.save_index(None)  # it holds the old catalogue: `seqrec index RUN` builds it again
+        # the index is gone with it: every item scored until it is rebuilt
+        rec.use_catalogue(grown.run, grown.popularity, None, run.catalogue_stamp())
+    return ids
+
+
+def _grown(rec: Recommender, df: Any, ids: list[Any], neighbours: int | None) -> _Grown:
+    """`rec`'s catalogue with the table's items added, built beside the one that answers (a
+    request scored meanwhile sees the old catalogue or the new one, never half of one)."""
     known = [i for i in ids if rec.items.lookup(i) is not None]
     if known:
         shown = ", ".join(map(repr, known[:5])) + (", ..." if len(known) > 5 else "")
@@ -53,24 +97,14 @@ def add_items(
             f"items table: {len(known):,} of its {len(ids):,} items are already in the "
             f"catalogue ({shown}); expected new items only"
         )
+    assert rec.run.items is not None
+    encoder, features = rec.run.items
     new = encoder.encode(df, ids)
-    # the grown model is built beside the one that answers, then put in its place: a request
-    # scored meanwhile sees the old catalogue or the new one, never half of one
     model = copy.deepcopy(rec.model)
     model.add_items(new, neighbours or rec.run.config.items.cold_neighbours)
-    with rec._lock:
-        rec.model = rec.run.model = model
-        rec.run.item_ids = [*rec.run.item_ids, *ids]
-        rec.run.items = (encoder, features.append(new))
-        rec.items = IdCodec(rec.run.item_ids, start=1)
-        rec.item_ids = rec.items.ids
-        rec.n_items = len(rec.items)
-        rec.popularity = np.concatenate([rec.popularity, np.zeros(len(ids), np.float32)])
-        rec.index = None  # it holds the old catalogue: every item scored until it is rebuilt
-    if save:
-        run = RunDir(rec.run.path)
-        vocab = {**run.vocab(), "items": rec.item_ids, "popularity": rec.popularity.tolist()}
-        state = {k: v.detach().cpu() for k, v in rec.model.state_dict().items()}
-        run.add_items(vocab, items_file_bytes(*rec.run.items), state)
-        run.save_index(None)  # `seqrec index RUN` builds it again
-    return ids
+    run = copy.copy(rec.run)
+    run.model = model
+    run.item_ids = [*rec.run.item_ids, *ids]
+    run.items = (encoder, features.append(new))
+    popularity = np.concatenate([rec.popularity, np.zeros(len(ids), np.float32)])
+    return _Grown(run, popularity, ids)

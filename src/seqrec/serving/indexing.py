@@ -11,12 +11,20 @@ from typing import Any
 
 import numpy as np
 
-from seqrec.errors import ConfigError
+from seqrec.errors import ConfigError, RunError
+from seqrec.serving.catalogue import CATALOGUE_WAIT
 from seqrec.serving.index import INDEX_MIN_ITEMS, ItemIndex
 from seqrec.serving.recommender import Recommender
 from seqrec.training.rundir import RunDir
 
-__all__ = ["MIN_RECALL", "TARGET_RECALL", "build_index", "choose_breadth", "index_if_large"]
+__all__ = [
+    "MIN_RECALL",
+    "TARGET_RECALL",
+    "build_index",
+    "choose_breadth",
+    "index_if_large",
+    "save_index",
+]
 
 # an index built after training is kept only at this recall@10 against exact scoring or more
 MIN_RECALL = 0.98
@@ -94,11 +102,24 @@ def build_index(
         "build_seconds": seconds,
         "seconds": time.perf_counter() - start,  # with the recall measured, the breadth chosen
     }
+    if save:
+        save_index(rec, index)
     with rec._lock:
         rec.index = index
-    if save:
-        RunDir(rec.run.path).save_index(index.to_bytes())
     return index
+
+
+def save_index(rec: Recommender, index: ItemIndex) -> None:
+    """`index` recorded in `rec`'s run, under the run's lock, only if the catalogue it was built
+    for is still the run's (another writer may have added items meanwhile: one line)."""
+    run = RunDir(rec.run.path)
+    with run.lock(wait=CATALOGUE_WAIT, what="catalogue"):
+        if run.catalogue_stamp() != rec.stamp:
+            raise RunError(
+                f"{run.path}: its catalogue changed while the index was built (items were "
+                "added); build it again"
+            )
+        run.save_index(index.to_bytes())
 
 
 def choose_breadth(
@@ -167,7 +188,7 @@ def index_if_large(run_dir: Any, *, progress: bool = True) -> ItemIndex | None:
             file=sys.stderr,
         )
         return None
-    RunDir(run_dir).save_index(index.to_bytes())
+    save_index(rec, index)
     if progress:
         print(
             f"{run_dir}: item index of {index.n_items:,} items built ({index.describe()}), "

@@ -119,6 +119,11 @@ class Recommender:
         self.dropped = 0  # unknown item ids dropped so far (unknown="drop")
         self.excluded: np.ndarray = np.zeros(0, dtype=np.int64)  # internal ids never recommended
         self.index: ItemIndex | None = None  # approximate top-k (seqrec.serving.index)
+        # the catalogue on disk this one was loaded from (RunDir.catalogue_stamp), and how it
+        # was loaded: what `refresh` compares and loads again with
+        self.stamp: tuple[int, int, int] | None = None
+        self.trust = False
+        self.exact = False
 
     # -------------------------------------------------------------------------- loading
 
@@ -139,6 +144,7 @@ class Recommender:
         prepared data when it still exists (for `recommend_user`), item titles when the
         dataset provides them (ML-1M `movies.dat`) or `metadata` names such a file, and the
         run's item index (`seqrec index`; not with `exact`: every item scored)."""
+        stamp = RunDir(run_dir).catalogue_stamp()  # before reading: a later change is seen
         run = load_run(run_dir, device=device, trust=trust)
         prepared = run.source.get("prepared")
         dataset = load_prepared(prepared) if prepared and Path(prepared).exists() else None
@@ -171,6 +177,7 @@ class Recommender:
             device=device,
             bf16=bf16,
         )
+        rec.stamp, rec.trust, rec.exact = stamp, trust, exact
         if not exact and rec.model.blockwise:
             rec.index = run_index(run_dir, *rec.model.output_weights(), trust=trust)
         return rec
@@ -185,6 +192,88 @@ class Recommender:
         from seqrec.serving.catalogue import add_items
 
         return add_items(self, table, save=save, neighbours=neighbours)
+
+    def refresh(self) -> bool:
+        """Load the run's catalogue again when another writer (`seqrec add-items`, another
+        server process, `add_items` elsewhere) changed it since this one was loaded; whether it
+        did. Under the run's lock, so that it reads one writer's files, all of them."""
+        from seqrec.serving.catalogue import CATALOGUE_WAIT
+
+        run = RunDir(self.run.path, trust=self.trust)
+        if run.catalogue_stamp() == self.stamp:
+            return False
+        with run.lock(wait=CATALOGUE_WAIT, what="catalogue"):
+            return self.reload_catalogue()
+
+    def reload_catalogue(self) -> bool:
+        """`refresh` for a caller that holds the run's lock: the catalogue as the run directory
+        has it now (its items, weights, popularity and index), if it changed since this one was
+        loaded; whether it did."""
+        run = RunDir(self.run.path, trust=self.trust)
+        stamp = run.catalogue_stamp()
+        if stamp == self.stamp:
+            return False
+        loaded = load_run(self.run.path, device=self.device, trust=self.trust)
+        vocab = run.vocab()
+        popularity = np.zeros(len(loaded.item_ids) + 1, dtype=np.float32)
+        if "popularity" in vocab:
+            popularity = np.asarray(vocab["popularity"], dtype=np.float32)
+        else:  # grown elsewhere from a run that recorded none: the training counts, kept
+            popularity[: len(self.popularity)] = self.popularity[: len(popularity)]
+        index = None
+        if not self.exact and loaded.model.blockwise:
+            index = run_index(self.run.path, *loaded.model.output_weights(), trust=self.trust)
+            old = self.index
+            if index is not None and old is not None and old.kind == index.kind:
+                # as the server was told to search
+                index.set_breadth(old.nprobe if old.kind == "ivf" else old.ef_search)
+        self.use_catalogue(loaded, popularity, index, stamp)
+        return True
+
+    def use_catalogue(
+        self,
+        run: Run,
+        popularity: np.ndarray,
+        index: ItemIndex | None,
+        stamp: tuple[int, int, int] | None,
+    ) -> None:
+        """Answer from another catalogue of the same run (grown, or loaded again), put in
+        place at once: a request scored meanwhile sees the old one or the new one."""
+        model = run.model.to(self.device).eval()
+        items = IdCodec(run.item_ids, start=1)
+        with self._lock:
+            self.run, self.model, self.items = run, model, items
+            self.item_ids, self.n_items = items.ids, len(items)
+            self.popularity = np.asarray(popularity, dtype=np.float32)
+            self.index, self.stamp = index, stamp
+
+    def follow(self, every: float = 1.0) -> threading.Event:
+        """Keep to the run's catalogue as other writers change it: a thread that calls
+        `refresh` every `every` seconds (a failed load is said once on stderr and tried again),
+        until the returned event is set or this recommender is gone."""
+        import sys
+        import weakref
+
+        stop = threading.Event()
+        me = weakref.ref(self)
+
+        def watch() -> None:
+            said = ""
+            while not stop.wait(every):
+                rec = me()
+                if rec is None:
+                    return
+                try:
+                    rec.refresh()
+                    said = ""
+                except SeqrecError as err:
+                    if str(err) != said:
+                        print(f"catalogue not reloaded: {err}", file=sys.stderr)
+                        said = str(err)
+                del rec
+
+        threading.Thread(target=watch, name="seqrec-catalogue", daemon=True).start()
+        return stop
 
     def similar_items(self, items: Sequence[Any], k: int = 10) -> list[list[tuple[Any, float]]]:
         """The k items closest to each of `items` by the cosine of the model's output

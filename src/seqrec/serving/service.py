@@ -15,8 +15,10 @@
     GET  /ready            readiness: the model is loaded and has scored ({"status": "ready"})
     POST /items            {"items": [{"item": 4242, "genres": "Comedy", ...}, ...]}: new items
                            scored from their features (a run trained with item features),
-                           recorded in the run directory -> {"added": [ids], "n_items"}; with
-                           several --workers, each process adds them when it is restarted
+                           recorded in the run directory -> {"added": [ids], "n_items"}.
+                           One writer at a time (the run's lock): every process of
+                           --workers N, and a server beside `seqrec add-items`, loads the
+                           catalogue again when another changed it (checked every second)
     GET  /model            model, dataset, metrics, version, micro-batching counts
     GET  /docs             OpenAPI documentation (Swagger UI served by the app: works offline)
 
@@ -255,6 +257,10 @@ def create_app(
     fast: dict[str, Any] = {}  # the guard's direct routes, filled by _recommend_routes
     _install_handlers(app, opts, fast)
     rec.recommend_batch([[]], k=1, times=[[]])  # a first scoring: /ready means the model answers
+    if rec.run.items is not None and opts.save_items and rec.stamp is not None:
+        # a catalogue that grows: what other writers add (another worker, seqrec add-items)
+        # is loaded within a second
+        rec.follow()
     schemas = routes.schemas(rec, opts)
 
     @app.get("/health", response_model=schemas.Status)
@@ -452,6 +458,11 @@ def serve(
 
     options = options or ServeOptions()
     check_host(host, options, insecure)
+    if workers > 1 and not options.save_items:
+        raise ConfigError(
+            "--workers: items added over POST /items without saving them stay in the process "
+            "that took them; serve one worker, or let the run record them"
+        )
     if workers > 1:  # each process loads the run itself
         os.environ[RUN_ENV] = str(Path(run_dir).resolve())
         os.environ[UNKNOWN_ENV] = unknown

@@ -7,22 +7,28 @@ import contextlib
 import fcntl
 import os
 import socket
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from seqrec.errors import RunError
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["hold", "take_lock"]
 
 
 @contextlib.contextmanager
-def hold(run_dir: Path, path: Path, break_lock: bool, names: Sequence[str]) -> Iterator[None]:
-    """Hold `run_dir` for one training through its lock file `path`: a second one is refused
-    in one line.
+def hold(
+    run_dir: Path,
+    path: Path,
+    break_lock: bool,
+    names: Sequence[str],
+    *,
+    wait: float = 0.0,
+    what: str = "training",
+) -> Iterator[None]:
+    """Hold `run_dir` for one writer (`what`: a training, a catalogue change) through its lock
+    file `path`: a second one waits up to `wait` seconds for it, then is refused in one line
+    naming the holder.
 
     The lock is `fcntl.flock` on `.lock`, which the kernel releases when its holder dies,
     so a lock left by a killed process is taken over at once; the file records the holder's
@@ -35,7 +41,7 @@ def hold(run_dir: Path, path: Path, break_lock: bool, names: Sequence[str]) -> I
     never read."""
     created = not run_dir.exists()
     try:
-        fd = take_lock(run_dir, path, break_lock)
+        fd = take_lock(run_dir, path, break_lock, wait=wait, what=what)
     except BaseException:
         if created:  # a lock not taken leaves no directory it made
             with contextlib.suppress(OSError):
@@ -57,9 +63,13 @@ def hold(run_dir: Path, path: Path, break_lock: bool, names: Sequence[str]) -> I
                 run_dir.rmdir()  # leaves nothing (only when empty)
 
 
-def take_lock(run_dir: Path, path: Path, break_lock: bool) -> int:
+def take_lock(
+    run_dir: Path, path: Path, break_lock: bool, *, wait: float = 0.0, what: str = "training"
+) -> int:
     me = f"{os.getpid()} {_start_time(os.getpid())} {socket.gethostname()}"
-    for _ in range(1000):
+    deadline = time.monotonic() + wait
+    pause = 0.005
+    for _ in range(1_000_000):
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
         except FileExistsError:  # there, then removed by a holder leaving before it was seen
@@ -75,9 +85,12 @@ def take_lock(run_dir: Path, path: Path, break_lock: bool) -> int:
         except BlockingIOError:
             owner = os.pread(fd, 256, 0).decode(errors="replace").split()
             os.close(fd)
-            raise RunError(
-                f"{run_dir}: {_held(owner)}; wait for it or choose another --out"
-            ) from None
+            if time.monotonic() < deadline:  # held by another writer: wait for its turn
+                time.sleep(pause)
+                pause = min(0.1, pause * 2)
+                continue
+            hint = "wait for it or choose another --out" if what == "training" else "try again"
+            raise RunError(f"{run_dir}: {_held(owner)}; {hint}") from None
         try:
             same = os.fstat(fd).st_ino == os.stat(path).st_ino
         except FileNotFoundError:
@@ -108,7 +121,7 @@ def take_lock(run_dir: Path, path: Path, break_lock: bool) -> int:
 
 def _held(owner: list[str]) -> str:
     host = owner[-1] if len(owner) > 1 else "?"
-    return f"in use by another training (pid {owner[0] if owner else '?'} on {host})"
+    return f"in use by another writer (pid {owner[0] if owner else '?'} on {host})"
 
 
 def _start_time(pid: int) -> str:

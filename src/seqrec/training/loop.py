@@ -44,7 +44,7 @@ from seqrec.training.rundir import RunDir
 from seqrec.training.setup import Training
 from seqrec.training.step import lr_factor
 
-__all__ = ["LOSS_READ_EVERY", "prefetched"]
+__all__ = ["LOSS_READ_EVERY", "prefetched", "val_field"]
 
 
 @dataclass
@@ -189,6 +189,8 @@ def _train(
                 value = broadcast_float(_validate(training, ds, device, r), r, device)
                 line[f"valid_{val_protocol}_{t.val_metric}"] = value
                 loop.record(value, epoch, model, t)
+                # this epoch's value above, the best so far beside it: a user sees it fall
+                line["best_valid"], line["best_epoch"] = loop.best["metric"], loop.best["epoch"]
             elif t.decay == "plateau" and epoch in t.plateau_at:  # a refit replays the plateaus
                 loop.reductions.append(epoch)
             loop.elapsed = time.perf_counter() - started
@@ -197,7 +199,7 @@ def _train(
             bar.report(
                 epoch=epoch,
                 loss=f"{line['loss']:.3f}",
-                val=f"{loop.best['metric']:.4f}" if loop.best["epoch"] >= 0 else "-",
+                val=val_field(line.get(f"valid_{val_protocol}_{t.val_metric}"), loop.best),
                 seq_s=f"{line['seq_per_s']:.0f}",
             )
             reason = _stop_reason(t, loop, total_steps, out_of_time)
@@ -245,6 +247,18 @@ def _check_finite(model: SequenceModel, run: RunDir, epoch: int, bar: Any) -> No
             f"{run.path}: the model's weights are not finite after epoch {epoch}; "
             f"training stopped, the last checkpoint is kept"
         )
+
+
+def val_field(value: float | None, best: dict[str, Any]) -> str:
+    """The progress line's validation field: this epoch's value ("-" when the epoch was not
+    validated) and the best so far with its epoch: `0.0581 (best 0.0632 @3)`, or
+    `0.0632 (best)` when this epoch is the best."""
+    now = "-" if value is None else f"{value:.4f}"
+    if best["epoch"] < 0:
+        return now
+    if value is not None and value == best["metric"]:
+        return f"{now} (best)"
+    return f"{now} (best {best['metric']:.4f} @{best['epoch']})"
 
 
 def _epoch_line(

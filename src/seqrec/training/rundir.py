@@ -210,7 +210,10 @@ class RunDir:
         """Files ({name: bytes}) each written whole beside the old one first, their digests
         recorded as pending, then all moved into place (`_commit`); a failed write is one line
         and leaves the old files."""
-        fresh = {name: self.path / f".{name}.new" for name in files}
+        # names of this writer's own: a writer killed meanwhile leaves files that no other
+        # writer overwrites or moves (the next lock holder removes them, RunDir.lock)
+        token = f"{os.getpid()}-{os.urandom(4).hex()}"
+        fresh = {name: self.path / f".{name}.{token}.new" for name in files}
         try:
             for name, data in files.items():
                 atomic_write(fresh[name], lambda f, d=data: f.write(d))  # type: ignore[misc]
@@ -449,11 +452,26 @@ class RunDir:
 
     # ---------------------------------------------------------------------------------- lock
 
-    def lock(self, *, break_lock: bool = False) -> contextlib.AbstractContextManager[None]:
-        """Hold the directory for one training: a second one is refused in one line
+    def lock(
+        self, *, break_lock: bool = False, wait: float = 0.0, what: str = "training"
+    ) -> contextlib.AbstractContextManager[None]:
+        """Hold the directory for one writer (a training, a catalogue change: `what`): a second
+        one waits up to `wait` seconds, then is refused in one line naming the holder
         (seqrec.training.lock.hold); half-written files a killed writer left are removed."""
         names = (CONFIG, VOCAB, ITEMS, INDEX, CHECKPOINT, WEIGHTS, METRICS, LOG, LOG_CSV, CODE_DIFF)
-        return hold(self.path, self.path / LOCK, break_lock, (*names, DIGESTS))
+        return hold(
+            self.path, self.path / LOCK, break_lock, (*names, DIGESTS), wait=wait, what=what
+        )
+
+    def catalogue_stamp(self) -> tuple[int, int, int] | None:
+        """What identifies the catalogue on disk now: vocab.json's inode, modification time and
+        size (every change replaces the file: a new inode). A reader that recorded it when it
+        loaded sees another writer's change by comparing; None without a vocab."""
+        try:
+            st = os.stat(self.path / VOCAB)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 def load_tensors(path: Path, data: bytes | IO[bytes] | None = None) -> Any:
