@@ -1,6 +1,7 @@
 """Sparse logs to fit the defaults on (short histories over tens of thousands of items: the shape
 of most shops' logs), and each estimator's defaults, or a probe of them, fitted on one of them as
-a user would: `seqrec.X().fit(df, user_col=..., item_col=..., time_col=None)`, no budget.
+a user would: `seqrec.SASRec()`, `seqrec.BERT4Rec()` or `seqrec.Model(name)`, then
+`.fit(df, user_col=..., item_col=..., time_col=None)`, no budget.
 
     python benchmarks/sparse_logs.py make LOG [--data-dir DIR] [--out FILE]
     python benchmarks/sparse_logs.py fit LOG --model bert4rec [--set KEY=VALUE ...]
@@ -118,7 +119,13 @@ def cmd_fit(args: argparse.Namespace) -> None:
 
     df = build(args.log, data_dir(args.data_dir))
     params = dict(kv.split("=", 1) for kv in args.set)
-    est = seqrec.Model(args.model, **{k: _value(v) for k, v in params.items()}, seed=args.seed)
+    kwargs = {k: _value(v) for k, v in params.items()}
+    # the estimator a user writes: seqrec.SASRec(), seqrec.BERT4Rec() (their recipes), else
+    # seqrec.Model(name) (the model's defaults)
+    cls = {"sasrec": seqrec.SASRec, "bert4rec": seqrec.BERT4Rec}.get(args.model)
+    est = (
+        cls(**kwargs, seed=args.seed) if cls else seqrec.Model(args.model, **kwargs, seed=args.seed)
+    )
     runs = runs_dir(args.runs_dir)
     runs.mkdir(parents=True, exist_ok=True)
     name = (

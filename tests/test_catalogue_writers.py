@@ -165,9 +165,7 @@ def _post(url: str, body: object) -> tuple[int, Any]:
 
 
 @pytest.mark.slow
-def test_four_writers_twenty_rounds_cli_python_and_two_workers(
-    run: Path, tmp_path: Path
-) -> None:
+def test_four_writers_twenty_rounds_cli_python_and_two_workers(run: Path, tmp_path: Path) -> None:
     """Two `seqrec add-items` loops, a Python `add_items` loop and POST /items to a server of
     two worker processes, 20 rounds each, all at once."""
     pytest.importorskip("uvicorn")
@@ -205,7 +203,8 @@ def test_four_writers_twenty_rounds_cli_python_and_two_workers(
                 item = 1000 * w + r
                 table = tmp_path / f"new-{w}-{r}.csv"
                 pl.DataFrame([_row(item)]).write_csv(table)
-                argv = [sys.executable, "-m", "seqrec", "add-items", str(run), "--items", str(table)]
+                argv = [sys.executable, "-m", "seqrec", "add-items", str(run)]
+                argv += ["--items", str(table)]
                 p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
                 if p.returncode == 0 and "items added" in p.stdout:
                     acked(item)

@@ -53,8 +53,10 @@ def test_each_draw_is_the_draw_prepare_makes_with_its_seed(tmp_path: Path) -> No
                 assert drawn[p].shape == (len(ds.split.eval_set(split).targets), N_NEG)
                 assert np.array_equal(drawn[p], other.negatives(split)[p])
         assert not np.array_equal(draws[0]["uni100"], draws[1]["uni100"])
-    with pytest.raises(ValueError, match="at least 1"):
+    with pytest.raises(ValueError, match="expected 1..1,000, got 0"):
         ds.candidate_draws("test", 0)
+    with pytest.raises(ValueError, match="expected 1..1,000, got 1000000000"):
+        ds.candidate_draws("test", 10**9)  # refused before a seed is drawn
 
 
 def test_the_spread_is_that_of_each_draws_own_metrics(tmp_path: Path) -> None:

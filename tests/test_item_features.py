@@ -83,6 +83,19 @@ def test_feature_names_and_kinds_are_checked() -> None:
             r"row 1: year = 'x' is not a number",
         ),
         (lambda t: t.with_columns(pl.Series("item", [10, None, 30, 40])), r"row 1: missing item"),
+        # infinite or overflowing numbers: every score reading them would be NaN
+        (
+            lambda t: t.with_columns(pl.Series("year", [1990.0, float("inf"), None, 1995.0])),
+            r"row 1: year = inf is not a finite number within ±1e\+15 \(kind number; leave",
+        ),
+        (
+            lambda t: t.with_columns(pl.Series("year", ["1990", "1995", "-1e308", None])),
+            r"row 2: year = '-1e308' is not a finite number",
+        ),
+        (
+            lambda t: t.with_columns(pl.Series("year", ["1990", "Infinity", None, "1995"])),
+            r"row 1: year = 'Infinity' is not a finite number",
+        ),
     ],
 )
 def test_a_bad_items_table_is_one_line(change: object, message: str) -> None:

@@ -337,6 +337,14 @@ def test_a_non_finite_loss_stops_the_run_naming_epoch_and_step(
     kept = RunDir(tmp_path / "run").checkpoint()
     assert kept is not None and kept["epoch"] == 0  # the last finished epoch's checkpoint
     assert not (tmp_path / "run" / "metrics.json").exists()
+    # in the first epoch there is no checkpoint yet: the line does not promise one
+    calls.clear()
+    monkeypatch.setattr(train_module, "train_step", lambda *a, **k: real_step(*a, **k) * math.nan)  # type: ignore[arg-type]
+    with pytest.raises(
+        TrainingError,
+        match=r"epoch 0, step 1; training stopped; nothing was kept \(try a lower train.lr\)$",
+    ):
+        fit(toy, cfg, tmp_path / "run0", progress=False)
 
 
 def test_non_finite_weights_stop_the_run_before_they_are_kept(

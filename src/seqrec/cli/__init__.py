@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from seqrec.cli import data, evaluation, experiments, quickstart, serving, training
 from seqrec.cli.common import _say_short_budget
+from seqrec.cli.numbers import bound_numbers
 from seqrec.errors import SeqrecError
 
 __all__ = ["_say_short_budget", "build_parser", "main"]
@@ -20,13 +22,20 @@ def _version() -> str:
     return __version__
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, its errors one line (the usage is one `--help` away)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="seqrec", description=__doc__)
+    parser = _Parser(prog="seqrec", description=__doc__)
     parser.add_argument("--version", action="version", version=f"seqrec {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     for group in (data, training, evaluation, serving, experiments, quickstart):
         group.add_parsers(sub)
-    return parser
+    return bound_numbers(parser)  # every number an upper bound (seqrec.cli.numbers)
 
 
 def _one_line(err: BaseException, width: int = 1000) -> str:

@@ -8,7 +8,7 @@ import math
 from seqrec.config.classes import RunConfig
 from seqrec.errors import ConfigError
 
-__all__ = ["check_ranges"]
+__all__ = ["UNBOUNDED", "check_ranges"]
 
 # A key's valid range wherever it appears (any section): (low, high, low_open, high_open), None
 # for no bound. Checked by `validate` before a run writes anything and when a run directory's
@@ -17,6 +17,10 @@ __all__ = ["check_ranges"]
 # seqrec.training.sizes can weigh the whole config: widths up to 65,536, layers up to 256,
 # histories up to 65,536 items; the memory a config asks for is bounded by seqrec.training.sizes.
 _MAX_WIDTH = 65536
+# Counts that only cap a loop, set a period or seed a generator cost nothing however large, but
+# every count has a bound all the same: a billion (a typo of a few digits more is one line).
+_MAX_COUNT = 10**9
+_MAX_SEED = 2**32 - 1
 
 
 _RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = {
@@ -34,7 +38,7 @@ _RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = {
     "n_v": (0, _MAX_WIDTH, False, False),
     "window": (1, 1024, False, False),
     "max_predictions": (1, 65536, False, False),
-    "bucket_batches": (0, None, False, False),
+    "bucket_batches": (0, 1 << 20, False, False),
     "dropout": (0, 1, False, True),
     "attn_dropout": (0, 1, False, True),
     "mask_prob": (0, 1, True, False),
@@ -46,27 +50,27 @@ _RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = {
     "beta2": (0, 1, False, True),
     "eps": (0, None, False, False),
     "weight_decay": (0, None, False, False),
-    "warmup_steps": (0, None, False, False),
-    "max_epochs": (1, None, False, False),
-    "max_steps": (0, None, False, False),
+    "warmup_steps": (0, _MAX_COUNT, False, False),
+    "max_epochs": (1, _MAX_COUNT, False, False),
+    "max_steps": (0, _MAX_COUNT, False, False),
     "decay_start": (0, 1, False, True),
-    "plateau_patience": (1, None, False, False),
+    "plateau_patience": (1, _MAX_COUNT, False, False),
     "plateau_factor": (0, 1, True, True),
     "batch_size": (1, 1 << 20, False, False),
     "clip_norm": (0, None, False, False),
     "n_negatives": (0, 1 << 24, False, False),  # how many a loss needs: checked with the loss
     "gbce_t": (0, 1, False, False),
     "bpreg": (0, None, False, False),
-    "eval_every": (1, None, False, False),
-    "checkpoint_every": (1, None, False, False),
+    "eval_every": (1, _MAX_COUNT, False, False),
+    "checkpoint_every": (1, _MAX_COUNT, False, False),
     "prefetch": (0, 256, False, False),
-    "patience": (0, None, False, False),
+    "patience": (0, _MAX_COUNT, False, False),
     "threads": (0, 4096, False, False),
-    "seed": (0, None, False, False),
-    "negative_seed": (0, None, False, False),
-    "sample_users": (0, None, False, False),
-    "min_user_interactions": (1, None, False, False),
-    "min_item_interactions": (1, None, False, False),
+    "seed": (0, _MAX_SEED, False, False),
+    "negative_seed": (0, _MAX_SEED, False, False),
+    "sample_users": (0, _MAX_COUNT, False, False),
+    "min_user_interactions": (1, _MAX_COUNT, False, False),
+    "min_item_interactions": (1, _MAX_COUNT, False, False),
     "id_dropout": (0, 1, False, False),
     "text_dim": (1, 4096, False, False),
     "cold_neighbours": (1, 1000, False, False),
@@ -77,7 +81,16 @@ _RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = {
     "gate_hidden": (1, _MAX_WIDTH, False, False),
     "item_dropout": (0, 1, False, True),
     "gate_dropout": (0, 1, False, True),
+    "lru_dropout": (0, 1, False, True),  # LRURec's ring of initial moduli, and its dropout
+    "r_min": (0, 1, True, False),
+    "r_max": (0, 1, True, False),
 }
+
+# The numbers with no upper bound: rates and scales, where a large value is a model that
+# diverges (training stops on its first non-finite loss, in one line), not a size.
+UNBOUNDED = frozenset(
+    {"bpreg", "clip_norm", "eps", "init_std", "lr", "temperature", "weight_decay"}
+)
 
 
 def _in_range(

@@ -23,7 +23,11 @@ import polars as pl
 from seqrec.data.frames import is_frame
 from seqrec.errors import DataError
 
-__all__ = ["FEATURE_KINDS", "Feature", "parse_features", "read_items_table"]
+__all__ = ["FEATURE_KINDS", "NUMBER_BOUND", "Feature", "parse_features", "read_items_table"]
+
+# the largest magnitude of a `number` feature's value: beyond it (or infinite) a value is refused,
+# since standardising it (its square summed for the deviation) would overflow
+NUMBER_BOUND = 1e15
 
 FeatureKind = Literal["category", "categories", "number", "vector", "text"]
 FEATURE_KINDS: tuple[FeatureKind, ...] = ("category", "categories", "number", "vector", "text")
@@ -185,14 +189,23 @@ def _check(col: pl.Series, feature: Feature, where: str) -> None:
     """A column that cannot be read as its kind: one line naming the first bad row."""
     name, kind = feature.name, feature.kind
     if kind == "number":
+        as_float = col.cast(pl.Float64, strict=False)
         if not col.dtype.is_numeric():
-            as_float = col.cast(pl.Float64, strict=False)
             bad = as_float.is_null() & col.is_not_null()
             if bad.any():
                 row = int(bad.arg_max() or 0)
                 raise DataError(
                     f"{where} row {row}: {name} = {col[row]!r} is not a number (kind number)"
                 )
+        # an infinite or overflowing value would make every score that reads it NaN; a NaN or
+        # an empty cell is a missing value (its flag is a feature)
+        huge = (as_float.abs() > NUMBER_BOUND).fill_null(False)
+        if huge.any():
+            row = int(huge.arg_max() or 0)
+            raise DataError(
+                f"{where} row {row}: {name} = {col[row]!r} is not a finite number within "
+                f"±{NUMBER_BOUND:.0e} (kind number; leave the cell empty for a missing value)"
+            )
     elif kind == "vector":
         if not isinstance(col.dtype, pl.List | pl.Array) or not (
             col.dtype.inner is not None and col.dtype.inner.is_numeric()

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORMAT_VERSION",
+    "MAX_DRAWS",
     "SAME_COLUMN",
     "PreparedDataset",
     "load_prepared",
@@ -69,6 +70,10 @@ __all__ = [
 # fails when the sampler changes without a bump. 2: validation negatives may be the test item.
 # 3: the log's timestamps are kept (sequences.parquet's `timestamp`).
 FORMAT_VERSION = 3
+
+# candidate draws one evaluation ranks against at most (`candidate_draws`; `seqrec evaluate
+# --draws`): each holds every evaluated user's candidates
+MAX_DRAWS = 1000
 
 
 @dataclass
@@ -165,8 +170,8 @@ class PreparedDataset:
         """The sampled protocols' candidates of one split for `draws` draws: the stored ones
         first, then those the seeds of `draw_seeds` after it give (drawn as `prepare` draws the
         stored ones, with as many negatives); `sample_users`, `seed`: see `eval_data`."""
-        if draws < 1:
-            raise ValueError(f"draws: expected at least 1, got {draws}")
+        if not 1 <= draws <= MAX_DRAWS:  # each draw holds its candidates in memory
+            raise ValueError(f"draws: expected 1..{MAX_DRAWS:,}, got {draws}")
         eval_set = self.split.eval_set(split)
         rows = self._sampled_rows(eval_set, sample_users, seed)
         n = int(self.manifest.get("key", {}).get("n_negatives", N_NEGATIVES))

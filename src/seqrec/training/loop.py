@@ -244,9 +244,14 @@ def _check_finite(model: SequenceModel, run: RunDir, epoch: int, bar: Any) -> No
     if not bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all()):
         bar.close()
         raise TrainingError(
-            f"{run.path}: the model's weights are not finite after epoch {epoch}; "
-            f"training stopped, the last checkpoint is kept"
+            f"{run.path}: the model's weights are not finite after epoch {epoch}; training "
+            f"stopped{_kept(run)} (try a lower train.lr)"
         )
+
+
+def _kept(run: RunDir) -> str:
+    """What a stopped training leaves to resume from, as the end of its line."""
+    return ", the last checkpoint is kept" if run.has_checkpoint else "; nothing was kept"
 
 
 def val_field(value: float | None, best: dict[str, Any]) -> str:
@@ -339,10 +344,17 @@ def _updates(
             losses.append(value)
             if not math.isfinite(value):
                 bar.close()
+                # at the first steps the data is the likelier cause (item features with
+                # extreme values), later the learning rate
+                cause = (
+                    "check the item features' values, then try a lower train.lr"
+                    if training.cfg.items.features and loop.step < 2 * len(training.sampler)
+                    else "try a lower train.lr"
+                )
                 raise TrainingError(
                     f"{run.path}: the training loss is {value} at epoch {epoch}, step "
-                    f"{loop.step - n_batches + len(losses)}; training stopped, the last "
-                    "checkpoint is kept (try a lower train.lr)"
+                    f"{loop.step - n_batches + len(losses)}; training stopped{_kept(run)} "
+                    f"({cause})"
                 )
 
     out_of_time = False
