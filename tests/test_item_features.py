@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import math
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -96,6 +97,20 @@ def test_feature_names_and_kinds_are_checked() -> None:
             lambda t: t.with_columns(pl.Series("year", ["1990", "Infinity", None, "1995"])),
             r"row 1: year = 'Infinity' is not a finite number",
         ),
+        # ids as a log's are checked: a list or float id column is one line, not polars' error
+        (
+            lambda t: t.with_columns(pl.Series("item", [[1], [2], [3], [4]])),
+            r"column 'item' is List\(Int64\), expected integer or text ids",
+        ),
+        (
+            lambda t: t.with_columns(pl.Series("item", [1.5, 2.0, 3.0, 4.0])),
+            r"column 'item' is Float64, expected integer or text ids \(cast it to integers first\)",
+        ),
+        # a cell of more values than an item can have: the tower would embed them all at once
+        (
+            lambda t: t.with_columns(pl.Series("genres", ["a", "|".join(["g"] * 2000), "b", "c"])),
+            r"row 1: genres holds 2,000 values, over the 1,024 an item can have",
+        ),
     ],
 )
 def test_a_bad_items_table_is_one_line(change: object, message: str) -> None:
@@ -111,7 +126,6 @@ def test_items_of_the_log_without_a_row_are_counted_and_named() -> None:
 
 
 def test_a_file_is_read_like_a_frame(tmp_path: object) -> None:
-    from pathlib import Path
 
     path = Path(str(tmp_path)) / "items.csv"
     _table().drop("vec").write_csv(path)
@@ -346,3 +360,80 @@ def test_cold_ranks_by_hand() -> None:
     assert out["cold_among_cold"]["random_hr@1"] == pytest.approx(0.5)
     # random over the catalogue: u has 4 candidates, w has 4: 3 / 4 at k = 3
     assert out["cold"]["random_hr@3"] == pytest.approx(0.75)
+
+
+def test_a_feature_named_like_the_id_column_is_one_line() -> None:
+    for features, item_col in (("item:number", "item"), ("sku,genres", "sku"), ("item", "sku")):
+        table = _table().with_columns(pl.col("item").alias("sku"))
+        with pytest.raises(DataError, match=r"is the item id column, not a feature"):
+            read_items_table(table, item_col=item_col, features=parse_features(features))
+
+
+def test_an_items_file_is_looked_at_before_it_is_read(tmp_path: Path) -> None:
+    """A sparse file of gigabytes, a FIFO or a device is one line, unread."""
+    import os
+
+    huge = tmp_path / "items.csv"
+    with open(huge, "wb") as f:
+        f.truncate(3 << 30)
+    fifo = tmp_path / "fifo.csv"
+    os.mkfifo(fifo)
+    for path, message in ((huge, r"bound"), (fifo, r"not a regular file|FIFO")):
+        with pytest.raises(DataError, match=message) as err:
+            read_items_table(path, features=parse_features("genres"))
+        assert "\n" not in str(err.value)
+
+
+def test_a_prepared_folders_items_file_is_looked_at_first(tmp_path: Path) -> None:
+    from seqrec.data.prepared_items import read_prepared_items
+
+    (tmp_path / "items.npz").symlink_to("/dev/zero")
+    with pytest.raises(DataError, match="items.npz"):
+        read_prepared_items(tmp_path)
+
+
+def test_the_encoder_is_fitted_on_the_logs_items_only() -> None:
+    """A table of many products for a log of a few: the text encoder learns the few's words."""
+    from seqrec.data.prepared_items import encode_items
+    from seqrec.data.settings import ItemsConfig
+
+    n = 5000
+    table = pl.DataFrame(
+        {"item": list(range(n)), "title": [f"word{i} other{i} thing{i}" for i in range(n)]}
+    )
+    cfg = ItemsConfig(features=("title:text",), text_dim=4)
+    encoded = encode_items(cfg, [3, 7, 11], table)
+    assert encoded is not None
+    encoder, features = encoded
+    assert features.n_rows == 4
+    fitted = encoder.text["title"]
+    whole = ItemEncoder.fit(table, [Feature("title", "text")], text_dim=4).text["title"]
+    # the three titles' terms only: a few dozen buckets, where the whole table has thousands
+    assert len(fitted.idf) < 100 < 5000 < len(whole.idf)  # type: ignore[union-attr]
+
+
+def test_item_features_are_weighed_before_a_tower_embeds_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import numpy as np
+
+    from seqrec.config import default_config
+    from seqrec.data.item_features import ItemFeatures
+    from seqrec.errors import ConfigError
+    from seqrec.training.checkpoint import build_model
+    from seqrec.training.sizes import check_item_features
+
+    n, slots, width = 100, 1000, 64
+    features = ItemFeatures(
+        (np.zeros((n + 1, slots), np.int64),), (5,), np.zeros((n + 1, 0), np.float32)
+    )
+    # by hand: codes (101 x 1,000) x (8 + 4 x 64) bytes, and the vectors they are summed into
+    want = (n + 1) * slots * (8 + 4 * width) + 2 * (n + 1) * width * 4
+    assert check_item_features(features, width) == want
+    monkeypatch.setenv("SEQREC_MAX_MODEL_BYTES", str(want - 1))
+    cfg = default_config("sasrec")
+    cfg = cfg.replace_section("sasrec", d_model=width)
+    with pytest.raises(
+        ConfigError, match=r"100 items' features ask for 25\.5 MiB \(up to 1,000 values"
+    ):
+        build_model(cfg, n, 0, features)

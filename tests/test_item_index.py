@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -108,8 +109,10 @@ def test_a_tampered_or_stale_index_is_not_used(
     data = bytearray((run / "index.bin").read_bytes())
     data[-10] ^= 0xFF
     (run / "index.bin").write_bytes(bytes(data))
-    with pytest.raises(RunError, match=r"index.bin: its sha256 is not one this run recorded"):
-        Recommender.from_run(run)
+    # a damaged index only loses its speed: the run serves, every item scored, and says so
+    assert Recommender.from_run(run).index is None
+    err = capsys.readouterr().err
+    assert "index.bin: its sha256 is not one this run recorded" in err and "scoring exactly" in err
     # an index of other weights (a grown or retrained model): scored exactly, and said
     torch.manual_seed(1)
     other = ItemIndex.build(torch.randn(rec.n_items, 16), None, library=library, kind=kind)
@@ -244,9 +247,27 @@ def test_an_index_file_written_before_kinds_existed_reads_as_a_graph() -> None:
     old = ItemIndex.from_bytes(magic + json.dumps(meta).encode() + b"\n" + payload, "index.bin")
     assert (old.kind, old.nlist, old.nprobe) == ("hnsw", 0, 0)
     np.testing.assert_array_equal(old.search(queries, 10), index.search(queries, 10))
-    meta["kind"] = "lsh"  # a kind this version does not know
-    with pytest.raises(RunError, match=r"index.bin: damaged \(its header\)"):
-        ItemIndex.from_bytes(magic + json.dumps(meta).encode() + b"\n" + payload, "index.bin")
+    # forged headers: each refused before the payload reaches faiss (an ivf kind over a graph
+    # was an AssertionError at search, an ef_search of 10^9 a bad_alloc)
+    meta.update(kind="hnsw", nlist=0, nprobe=0)
+    for change, message in (
+        ({"kind": "lsh"}, "kind 'lsh'"),
+        ({"kind": "ivf", "nlist": 4, "nprobe": 1}, "another kind of index"),
+        ({"ef_search": 10**9}, "ef_search 1000000000"),
+        ({"m": 2**31 - 1}, "m 2147483647"),
+        ({"ef_construction": 0}, "ef_construction 0"),
+        ({"n_items": 10**12}, "n_items 1000000000000"),
+        ({"dim": 10**9}, "dim 1000000000"),
+        ({"dim": 7}, "not of the header's width"),
+        ({"nprobe": 5}, "nprobe 5"),
+        ({"library": "usearch", "kind": "ivf", "nlist": 4, "nprobe": 1}, "an ivf index is faiss"),
+        ({"n_items": 499}, "holds another number of items"),
+    ):
+        forged = magic + json.dumps({**meta, **change}).encode() + b"\n" + payload
+        with pytest.raises(RunError, match=rf"index.bin: damaged \(.*{re.escape(message)}"):
+            ItemIndex.from_bytes(forged, "index.bin")
+    with pytest.raises(RunError, match=r"its header: 500 items, not 600"):
+        ItemIndex.from_bytes(data, "index.bin", n_items=600)
 
 
 def test_serve_searches_the_index_as_wide_as_told(
@@ -284,3 +305,23 @@ def test_a_breadth_sets_the_kinds_own_setting() -> None:
     assert lists.nprobe == 4
     with pytest.raises(ConfigError, match="a search breadth is >= 1, got 0"):
         graph.set_breadth(0)
+
+
+def test_a_huge_sparse_index_is_refused_unread_and_the_run_serves_exactly(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("faiss")
+    exact = Recommender.from_run(run, exact=True)
+    build_index(exact, sample=20)
+    with open(run / "index.bin", "r+b") as f:  # 60 GB that take no disk (the probe's file)
+        f.truncate(60 << 30)
+    rec = Recommender.from_run(run)  # read whole, this was a MemoryError
+    assert rec.index is None
+    err = capsys.readouterr().err.strip()
+    assert "index.bin" in err and "bound" in err and len(err.splitlines()) == 1
+    histories = [list(exact.item_ids[:3]), list(exact.item_ids[5:9])]
+    for got, want in zip(
+        rec.recommend_batch(histories, k=5), exact.recommend_batch(histories, k=5), strict=True
+    ):
+        assert [i for i, _ in got] == [i for i, _ in want]
+        assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-5)

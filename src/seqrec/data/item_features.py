@@ -341,7 +341,7 @@ def items_file_bytes(encoder: ItemEncoder, features: ItemFeatures) -> bytes:
     return buf.getvalue()
 
 
-def load_items_file(data: bytes, where: str) -> tuple[ItemEncoder, ItemFeatures]:
+def load_items_file(data: bytes | bytearray, where: str) -> tuple[ItemEncoder, ItemFeatures]:
     """(encoder, features) from `items_file_bytes`' bytes; one DataError line if damaged."""
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as z:

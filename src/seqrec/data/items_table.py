@@ -13,6 +13,7 @@ Kinds:
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,13 +22,26 @@ from typing import Any, Literal
 import polars as pl
 
 from seqrec.data.frames import is_frame
+from seqrec.data.reading import check_column_types
 from seqrec.errors import DataError
+from seqrec.files import bound, read_checked
 
-__all__ = ["FEATURE_KINDS", "NUMBER_BOUND", "Feature", "parse_features", "read_items_table"]
+__all__ = [
+    "FEATURE_KINDS",
+    "MAX_VALUES",
+    "NUMBER_BOUND",
+    "Feature",
+    "parse_features",
+    "read_items_table",
+]
 
 # the largest magnitude of a `number` feature's value: beyond it (or infinite) a value is refused,
 # since standardising it (its square summed for the deviation) would overflow
 NUMBER_BOUND = 1e15
+
+# the values one item's `categories` cell can hold: each is a code the model embeds for every
+# item at once, so a cell of a million values would ask for gigabytes
+MAX_VALUES = 1024
 
 FeatureKind = Literal["category", "categories", "number", "vector", "text"]
 FEATURE_KINDS: tuple[FeatureKind, ...] = ("category", "categories", "number", "vector", "text")
@@ -86,12 +100,20 @@ def read_items_table(
     are integers stay integers. One DataError line names a missing column, a repeated or empty
     item id, a vector column of mixed lengths, a NaN in a vector."""
     where = "items table" if is_frame(source) else f"items table {source}"
+    named = [f.name for f in features]
+    if item_col in named or ("item" in named and item_col != "item"):
+        clash = item_col if item_col in named else "item"
+        raise DataError(
+            f"{where}: {clash!r} is the item id column, not a feature (name the features by "
+            "their own columns)"
+        )
     df = _read(source, where)
-    wanted = [item_col, *(f.name for f in features)]
+    wanted = [item_col, *named]
     missing = [c for c in wanted if c not in df.columns]
     if missing:
         shown = ", ".join(df.columns[:20]) + (", ..." if len(df.columns) > 20 else "")
         raise DataError(f"{where}: no column {', '.join(missing)}; it has {shown}")
+    check_column_types(df.schema, [item_col], None, where)  # as a log's ids are checked
     df = df.select(wanted).rename({item_col: "item"} if item_col != "item" else {})
     if df.height == 0:
         raise DataError(f"{where}: no rows")
@@ -106,7 +128,7 @@ def read_items_table(
         Feature(f.name, f.kind or _kind(df.get_column(f.name), separator)) for f in features
     )
     for f in kinds:
-        _check(df.get_column(f.name), f, where)
+        _check(df.get_column(f.name), f, where, separator)
     return df, kinds
 
 
@@ -120,16 +142,17 @@ def _read(source: Any, where: str) -> pl.DataFrame:
             return pl.from_pandas(source)
         return pl.DataFrame(pl.from_arrow(source))
     path = Path(source)
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise DataError(f"{where}: no such file")
+    # looked at before a byte is read: a regular file within the items tables' bound (a device,
+    # a FIFO or a sparse file of gigabytes is one line), read once
+    data = read_checked(path, bound("items"), error=DataError)
     try:
         if path.suffix == ".parquet":
-            return pl.read_parquet(path)
+            return pl.read_parquet(io.BytesIO(data))
         if path.name.endswith(".dat"):  # MovieLens: id::title::genres, Latin-1
             rows = [
-                line.split("::")
-                for line in path.read_bytes().decode("latin-1").splitlines()
-                if line.strip()
+                line.split("::") for line in data.decode("latin-1").splitlines() if line.strip()
             ]
             if any(len(r) != 3 for r in rows):
                 bad = next(i for i, r in enumerate(rows, 1) if len(r) != 3)
@@ -142,7 +165,7 @@ def _read(source: Any, where: str) -> pl.DataFrame:
                 }
             )
         sep = "\t" if path.suffix in (".tsv", ".tab") else ","
-        return pl.read_csv(path, separator=sep, infer_schema_length=10_000)
+        return pl.read_csv(io.BytesIO(data), separator=sep, infer_schema_length=10_000)
     except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError, ValueError) as err:
         if isinstance(err, DataError):
             raise
@@ -185,7 +208,7 @@ def _kind(col: pl.Series, separator: str) -> FeatureKind:
     return "category"
 
 
-def _check(col: pl.Series, feature: Feature, where: str) -> None:
+def _check(col: pl.Series, feature: Feature, where: str, separator: str = "|") -> None:
     """A column that cannot be read as its kind: one line naming the first bad row."""
     name, kind = feature.name, feature.kind
     if kind == "number":
@@ -235,3 +258,16 @@ def _check(col: pl.Series, feature: Feature, where: str) -> None:
             raise DataError(f"{where} row {row}: {name} holds a NaN or infinite value")
     elif kind in ("categories", "text") and col.dtype.is_numeric():
         raise DataError(f"{where}: {name} is {col.dtype}, expected text (kind {kind})")
+    if kind == "categories":  # each value of a cell is a code the model embeds
+        values = (
+            col.list.len()
+            if isinstance(col.dtype, pl.List)
+            else col.cast(pl.String).str.count_matches(separator, literal=True) + 1
+        ).fill_null(0)
+        over = values > MAX_VALUES
+        if over.any():
+            row = int(over.arg_max() or 0)
+            raise DataError(
+                f"{where} row {row}: {name} holds {int(values[row]):,} values, over the "
+                f"{MAX_VALUES:,} an item can have (kind categories)"
+            )

@@ -33,6 +33,7 @@ from seqrec.data.items_table import Feature, parse_features, read_items_table
 from seqrec.data.settings import ItemsConfig
 from seqrec.data.text_models import check_text_encoder
 from seqrec.errors import ConfigError, DataError
+from seqrec.files import bound, read_checked
 
 __all__ = [
     "ITEMS_FILE",
@@ -108,16 +109,19 @@ class PreparedItems:
     def file_bytes(self, item_ids: Sequence[Any]) -> bytes:
         """The encoder fitted on the table and the features of `item_ids` (the prepared items,
         in order), as `items.npz`'s bytes; one DataError line for items without a row."""
-        encoder = _fitted(self.table, self.features, self.cfg)
-        return items_file_bytes(encoder, encoder.encode(self.table, item_ids, self.where))
+        table = _rows_for(self.table, item_ids)
+        encoder = _fitted(table, self.features, self.cfg)
+        return items_file_bytes(encoder, encoder.encode(table, item_ids, self.where))
 
 
 def read_prepared_items(path: Path) -> tuple[ItemEncoder, ItemFeatures] | None:
     """The encoder and item features a prepared folder holds (None: prepared without items)."""
     file = path / ITEMS_FILE
-    if not file.exists():
+    if not file.exists() and not file.is_symlink():
         return None
-    return load_items_file(file.read_bytes(), str(file))
+    # looked at first (a regular file of the folder within its bound), then read once
+    data = read_checked(file, bound("item_features"), root=path, error=DataError)
+    return load_items_file(data, str(file))
 
 
 def prepared_items_for(
@@ -131,8 +135,9 @@ def prepared_items_for(
     if found is None:
         raise DataError(f"items table {path}: a folder, but no prepared dataset with items")
     try:
-        vocab = json.loads((path / "vocab.json").read_text())["items"]
-    except (OSError, ValueError, KeyError) as err:
+        text = read_checked(path / "vocab.json", bound("vocab"), root=path, error=DataError)
+        vocab = json.loads(text)["items"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
         raise DataError(f"items table {path}: no readable vocab.json ({err})") from None
     if list(vocab) != list(item_ids):
         raise DataError(
@@ -168,8 +173,18 @@ def encode_items(
     df, features = read_items_table(
         source, item_col=cfg.item_col, features=wanted, separator=cfg.separator
     )
+    df = _rows_for(df, item_ids)
     encoder = encoder or _fitted(df, features, cfg)
     return encoder, encoder.encode(df, item_ids, _where(source))
+
+
+def _rows_for(table: pl.DataFrame, item_ids: Sequence[Any]) -> pl.DataFrame:
+    """The rows of `table` of the log's items: the encoder is fitted on what it encodes (a
+    table of a million products for a log of sixty holds 60 rows' worth of text to fit), and
+    an item without a row is still named by `encode`."""
+    column = table.get_column("item")
+    wanted = pl.Series(list(item_ids)).cast(column.dtype, strict=False)
+    return table.filter(column.is_in(wanted.drop_nulls().implode()))
 
 
 def _fitted(table: pl.DataFrame, features: Sequence[Feature], cfg: ItemsConfig) -> ItemEncoder:

@@ -34,10 +34,14 @@ import numpy as np
 import torch
 
 from seqrec.errors import ConfigError, RunError
+from seqrec.training.sizes import MAX_INDEX_LINKS
 
 __all__ = [
     "INDEX_MIN_ITEMS",
     "KINDS",
+    "MAX_BREADTH",
+    "MAX_LINKS",
+    "MAX_LISTS",
     "LIBRARIES",
     "ItemIndex",
     "approximate_top",
@@ -54,6 +58,22 @@ KINDS = ("hnsw", "ivf")
 # as fast: docs/scaling.md, "Large catalogues")
 INDEX_MIN_ITEMS = 200_000
 _MAGIC = b"SEQREC-INDEX-1\n"
+
+# The bounds of an index's settings (`seqrec index`'s options have the same: seqrec.cli.numbers)
+# and of what one holds; a header past them is damage, refused before the libraries see it.
+MAX_LINKS = MAX_INDEX_LINKS  # hnsw: links per node
+MAX_BREADTH = 65536  # hnsw: ef_construction, ef_search
+MAX_LISTS = 1 << 20  # ivf: nlist, nprobe
+MAX_INDEX_ITEMS = 1 << 31
+MAX_INDEX_DIM = 65538  # a model's width (65,536 at most) with the bias and the ivf coordinate
+
+
+def _faiss_kind(faiss: Any, handle: Any) -> str:
+    """ "hnsw" or "ivf": what kind of faiss index `handle` is (anything else: "")."""
+    inner = faiss.downcast_index(handle.index) if isinstance(handle, faiss.IndexIDMap) else handle
+    if isinstance(inner, faiss.IndexHNSW):
+        return "hnsw"
+    return "ivf" if isinstance(inner, faiss.IndexIVF) else ""
 
 
 def weights_digest(weight: torch.Tensor, bias: torch.Tensor | None) -> str:
@@ -238,8 +258,17 @@ class ItemIndex:
         return _MAGIC + json.dumps(meta).encode() + b"\n" + payload
 
     @classmethod
-    def from_bytes(cls, data: bytes, where: str) -> ItemIndex:
-        """An index from `to_bytes`' bytes; one RunError line when they are not one."""
+    def from_bytes(
+        cls,
+        data: bytes | bytearray,
+        where: str,
+        *,
+        n_items: int | None = None,
+        dim: int | None = None,
+    ) -> ItemIndex:
+        """An index from `to_bytes`' bytes; one RunError line when they are not one, or when
+        its header is out of bounds or (where given) not of a catalogue of `n_items` vectors
+        of `dim` floats."""
         if not data.startswith(_MAGIC):
             raise RunError(f"{where}: not an item index")
         # the payload read where it lies (a slice of gigabytes would be a copy of them)
@@ -261,10 +290,11 @@ class ItemIndex:
                 int(meta.get("nlist", 0)),
                 int(meta.get("nprobe", 0)),
             )
-            if index.kind not in KINDS:
-                raise ValueError(index.kind)
         except (ValueError, KeyError, TypeError):
             raise RunError(f"{where}: damaged (its header)") from None
+        wrong = index.header_fault(n_items, dim)
+        if wrong:  # before the payload reaches a library: its sizes allocate
+            raise RunError(f"{where}: damaged (its header: {wrong})")
         lib = _library(index.library)
         try:
             if index.library == "faiss":
@@ -276,7 +306,33 @@ class ItemIndex:
         held = index.handle.ntotal if index.library == "faiss" else len(index.handle)
         if held != index.n_items:
             raise RunError(f"{where}: damaged (it holds another number of items)")
+        if index.library == "faiss" and index.kind != _faiss_kind(lib, index.handle):
+            raise RunError(f"{where}: damaged (its header names another kind of index)")
+        width = index.handle.d if index.library == "faiss" else index.handle.ndim
+        if width != index.dim:
+            raise RunError(f"{where}: damaged (its vectors are not of the header's width)")
         return index
+
+    def header_fault(self, n_items: int | None = None, dim: int | None = None) -> str:
+        """What is wrong with the header's values ("" when nothing): each field within the
+        bounds an index is built with (`seqrec index`'s options), the catalogue's size and the
+        vectors' width where known."""
+        checks = [
+            (self.library in LIBRARIES, f"library {self.library!r}"),
+            (self.kind in KINDS, f"kind {self.kind!r}"),
+            (self.kind == "hnsw" or self.library == "faiss", "an ivf index is faiss's"),
+            (1 <= self.n_items <= MAX_INDEX_ITEMS, f"n_items {self.n_items}"),
+            (n_items is None or self.n_items == n_items, f"{self.n_items} items, not {n_items}"),
+            (1 <= self.dim <= MAX_INDEX_DIM, f"dim {self.dim}"),
+            (dim is None or self.dim == dim, f"dim {self.dim}, not {dim}"),
+            (1 <= self.m <= MAX_LINKS, f"m {self.m}"),
+            (1 <= self.ef_construction <= MAX_BREADTH, f"ef_construction {self.ef_construction}"),
+            (1 <= self.ef_search <= MAX_BREADTH, f"ef_search {self.ef_search}"),
+            (0 <= self.nlist <= min(MAX_LISTS, self.n_items), f"nlist {self.nlist}"),
+            (0 <= self.nprobe <= max(self.nlist, 0), f"nprobe {self.nprobe}"),
+            (self.kind == "hnsw" or self.nlist >= 1 <= self.nprobe, "an ivf index without lists"),
+        ]
+        return next((what for ok, what in checks if not ok), "")
 
 
 def candidates_wanted(k: int, n_items: int, seen: int, excluded: int, oversample: int = 2) -> int:
@@ -325,15 +381,20 @@ def run_index(
 ) -> ItemIndex | None:
     """The run's index (index.bin, verified like every run file) when it holds these output
     vectors; None when the run has none, or (said on stderr) when it was built from other
-    weights: items added or a retrained model since; `seqrec index RUN` rebuilds it."""
+    weights (items added or a retrained model since) or is damaged (its digest, its size, its
+    header): every item is then scored; `seqrec index RUN` rebuilds it."""
     import sys
 
     from seqrec.training.rundir import RunDir
 
-    data = RunDir(path, trust=trust).read_file("index.bin")
-    if data is None:
+    try:
+        data = RunDir(path, trust=trust).read_file("index.bin")
+        if data is None:
+            return None
+        index = ItemIndex.from_bytes(data, f"{path}/index.bin", n_items=int(weight.shape[0]))
+    except RunError as err:  # the index only speeds the run up: it still serves, exactly
+        print(f"{err}; scoring exactly (seqrec index RUN builds it again)", file=sys.stderr)
         return None
-    index = ItemIndex.from_bytes(data, f"{path}/index.bin")
     if index.digest != weights_digest(weight, bias):
         print(
             f"{path}/index.bin: built from other weights than the run's (items added since?); "

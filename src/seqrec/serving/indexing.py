@@ -119,7 +119,10 @@ def save_index(rec: Recommender, index: ItemIndex) -> None:
                 f"{run.path}: its catalogue changed while the index was built (items were "
                 "added); build it again"
             )
-        run.save_index(index.to_bytes())
+        data = index.to_bytes()
+        # loaded once before it is saved: an index its library cannot read back is never kept
+        ItemIndex.from_bytes(data, f"{run.path}/index.bin (as built)", n_items=index.n_items)
+        run.save_index(data)
 
 
 def choose_breadth(

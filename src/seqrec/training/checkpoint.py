@@ -22,7 +22,7 @@ from seqrec.models.registry import MODELS, entry
 from seqrec.models.tower import attach_item_features
 from seqrec.outputs import DIGESTS
 from seqrec.training.rundir import RunDir
-from seqrec.training.sizes import check_memory
+from seqrec.training.sizes import check_item_features, check_memory
 
 __all__ = ["MODELS", "Run", "build_model", "load_run", "shape_mismatch"]
 
@@ -37,6 +37,9 @@ def build_model(
     if features is not None:
         if features.n_rows != n_items + 1:
             raise ValueError(f"item features of {features.n_rows - 1} items for {n_items} items")
+        tables = [getattr(model, n) for n in getattr(model, "item_tables", ())]
+        width = max((t.embedding_dim for t in tables if t is not None), default=0)
+        check_item_features(features, width)  # weighed before a tower embeds them
         attach_item_features(model, features, cfg.items.id_dropout)
     return model
 

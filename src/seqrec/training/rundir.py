@@ -88,7 +88,6 @@ _KINDS = {
     VOCAB: "vocab",
     METRICS: "metrics",
     ITEMS: "item_features",
-    INDEX: "index",
 }
 
 # Keys added to the configs after runs were written whose default is not what those runs did:
@@ -332,10 +331,37 @@ class RunDir:
         except DataError as err:
             raise RunError(str(err)) from None
 
-    def read_file(self, name: str) -> bytes | None:
-        """items.npz or index.bin, verified; None when the run has none."""
-        exists = (self.path / name).exists() or (self.path / name).is_symlink()
-        return self._read_verified(name) if exists else None
+    def read_file(self, name: str) -> bytearray | None:
+        """items.npz or index.bin, verified; None when the run has none. Looked at first (no
+        symlink out of the run, a regular file, within its bound: index.bin's by the run's size,
+        `_index_bound`), read once into memory and hashed as it is read."""
+        path = self.path / name
+        if not path.exists() and not path.is_symlink():
+            return None
+        limit = min(self._index_bound(), bound("index")) if name == INDEX else bound(_KINDS[name])
+        hint = "the bound the run's size implies for it" if name == INDEX else ""
+        digests = self._digests(trust=self.trust)  # before the file: a writer records first
+        digest = hashlib.sha256()
+        with checked_open(path, limit, root=self.path, error=RunError, hint=hint) as f:
+            size = os.fstat(f.fileno()).st_size
+            data, got = bytearray(size), 0
+            view = memoryview(data)
+            while got < size and (n := f.readinto(view[got : got + (1 << 24)])):  # type: ignore[attr-defined]
+                digest.update(view[got : got + n])
+                got += n
+            if got != size or f.read(1):
+                raise RunError(f"{path}: changed while it was read")
+        if covered(digests, name, self.trust):
+            self._verify(name, digest.hexdigest(), digests)
+        return data
+
+    def _index_bound(self) -> int:
+        """The most bytes this run's index.bin can hold (seqrec.training.sizes)."""
+        from seqrec.training.sizes import index_file_bytes
+
+        self._weights_bound(WEIGHTS)  # the parameters' bytes, computed once
+        assert self._parameter_bytes is not None
+        return index_file_bytes(self._parameter_bytes, len(self.vocab()["items"]))
 
     def save_index(self, data: bytes | None) -> None:
         """index.bin (seqrec.serving.index) written and recorded, or removed (None)."""

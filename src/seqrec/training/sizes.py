@@ -27,8 +27,31 @@ from seqrec.models.mol import mol_activation_floats
 
 if TYPE_CHECKING:
     from seqrec.config import RunConfig
+    from seqrec.data.item_features import ItemFeatures
 
-__all__ = ["MAX_ITEMS", "MAX_MODEL_BYTES", "Memory", "check_memory", "max_model_bytes", "memory"]
+__all__ = [
+    "MAX_INDEX_LINKS",
+    "MAX_ITEMS",
+    "MAX_MODEL_BYTES",
+    "Memory",
+    "check_item_features",
+    "check_memory",
+    "index_file_bytes",
+    "max_model_bytes",
+    "memory",
+]
+
+# the most links a node of an item index's graph holds (`seqrec index --m`; seqrec.serving.index)
+MAX_INDEX_LINKS = 512
+
+
+def index_file_bytes(parameter_bytes: int, n_items: int) -> int:
+    """The most bytes a run's item index (index.bin) can take: its vectors, no more than the
+    model's parameters (they are its output layer, as float32), an id each, the links of a graph
+    of `MAX_INDEX_LINKS` a node at its lowest level and as many again above, and room for the
+    header and the library's own tables."""
+    return parameter_bytes + n_items * (8 + 2 * 2 * 4 * MAX_INDEX_LINKS) + (64 << 20)
+
 
 MAX_MODEL_BYTES = 8 << 30
 # internal item ids are int32 in batches and prepared files (with PAD and BERT4Rec's MASK)
@@ -117,3 +140,23 @@ def check_memory(
             "bound; smaller sizes, or $SEQREC_MAX_MODEL_BYTES set higher"
         )
     return mem
+
+
+def check_item_features(features: ItemFeatures, width: int, where: str = "item features") -> int:
+    """The bytes a model's item towers (seqrec.models.tower) ask for over `features` at `width`
+    (the model's item vectors), or one ConfigError line when over the bound: every item's codes
+    and their embeddings, all of an item's values at once (scoring embeds the whole catalogue),
+    the dense values with their projection, and the vectors they are summed into."""
+    rows = features.n_rows
+    codes = sum(int(c.shape[0]) * int(c.shape[1]) * (8 + _FLOAT * width) for c in features.codes)
+    dense = rows * features.width * _FLOAT * 2 + features.width * width * _FLOAT
+    asked = codes + dense + 2 * rows * width * _FLOAT
+    limit = max_model_bytes()
+    if asked > limit:
+        slots = max((int(c.shape[1]) for c in features.codes), default=0)
+        raise ConfigError(
+            f"{where}: {rows - 1:,} items' features ask for {_gib(asked)} (up to {slots:,} "
+            f"values an item, {features.width:,} numbers) at width {width}, over the "
+            f"{_gib(limit)} bound; fewer values, or $SEQREC_MAX_MODEL_BYTES set higher"
+        )
+    return asked
