@@ -383,15 +383,27 @@ class RunDir:
         path = self.path / LOG
         if not path.exists() and not path.is_symlink():
             return []
-        text = read_checked(path, bound("log"), root=self.path, error=RunError).decode()
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+        text = read_checked(path, bound("log"), root=self.path, error=RunError)
+        rows = []
+        for number, line in enumerate(text.decode(errors="replace").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                row = None
+            if not isinstance(row, dict):
+                raise RunError(f"{path} line {number}: damaged (not an epoch's JSON object)")
+            rows.append(row)
+        return rows
 
     def code_diff(self) -> str | None:
         """The uncommitted change the run started from, if any."""
         path = self.path / CODE_DIFF
         if not path.exists() and not path.is_symlink():
             return None
-        return read_checked(path, bound("log"), root=self.path, error=RunError).decode()
+        data = read_checked(path, bound("log"), root=self.path, error=RunError)
+        return data.decode(errors="replace")  # shown as text, whatever bytes it holds
 
     def checkpoint(self) -> dict[str, Any] | None:
         """The last good checkpoint: checkpoint.pt, or, when it is damaged or was being written
