@@ -93,6 +93,38 @@ def test_pairs_sequences_and_the_catalogue_score_alike() -> None:
     assert torch.allclose(picked, rows[some], atol=1e-5)
 
 
+def test_the_catalogue_is_scored_in_blocks_of_users_and_items_within_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A head whose pairs are heavy scores a few users and items at a time (a 512 x 512 head
+    once asked 12.6 GB at its first validation), with the same scores as one block."""
+    import seqrec.models.mol as mol
+
+    head = _head()
+    torch.manual_seed(3)
+    features, vectors = torch.randn(5, 4), torch.randn(11, 4)
+    with torch.no_grad():
+        whole = head.score(features, vectors)
+        pair = 4 * mol.mol_activation_floats(SMALL, 1)  # bytes one (user, item) pair keeps
+        monkeypatch.setattr(mol, "SCORE_BLOCK_BYTES", 6 * pair)  # 5 users: 5 x 1 a block
+        shapes: list[tuple[int, int]] = []
+        real = head.combine
+
+        def recording(user, item, equation):  # type: ignore[no-untyped-def]
+            shapes.append((user[0].shape[0], item[0].shape[0]))
+            return real(user, item, equation)
+
+        monkeypatch.setattr(head, "combine", recording)
+        blocked = head.score(features, vectors)
+    assert shapes == [(5, 1)] * 11
+    assert torch.allclose(blocked, whole, atol=1e-6)
+    shapes.clear()
+    monkeypatch.setattr(mol, "SCORE_BLOCK_BYTES", 2 * pair)  # 2 users, 1 item a block
+    with torch.no_grad():
+        assert torch.allclose(head.score(features, vectors), whole, atol=1e-6)
+    assert shapes == [(2, 1)] * 11 + [(2, 1)] * 11 + [(1, 1)] * 11
+
+
 def test_a_mol_head_trains_on_per_sequence_negatives_as_on_their_copies_per_position() -> None:
     """The per-sequence path (a row's negatives scored once at all its positions) gives the loss
     of the per-position path handed each position its row's negatives."""

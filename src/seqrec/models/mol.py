@@ -43,6 +43,9 @@ _EPS = 1e-6  # the authors' L2-norm epsilon
 # Items scored at once by `MixtureOfLogits.score`: the gating MLP's (B, items, h) activations
 # stay near 64 MiB in float32 for B = 256
 SCORE_ITEMS = 512
+# the activations one block of (users, items) scored at once may hold: a head of 512 x 512
+# components keeps 1.5 million floats a pair, so its blocks are a few pairs, not 128 x 512
+SCORE_BLOCK_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -170,16 +173,33 @@ class MixtureOfLogits(nn.Module):
         return self._mix(logits, ug[:, None, :] * ig[rows])
 
     def score(self, features: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
-        """(B, D) user features against every item of (V, D) -> (B, V), SCORE_ITEMS items at a
-        time (the gating activations of a whole catalogue would not fit)."""
-        user = self.users(features)
+        """(B, D) user features against every item of (V, D) -> (B, V), a block of users and
+        items at a time (the gating activations of a whole catalogue would not fit): at most
+        SCORE_ITEMS items, and as many users and items as keep a block's activations
+        (`mol_activation_floats` a pair) within SCORE_BLOCK_BYTES."""
+        uc, ug = self.users(features)
         comps, gate = self.items(vectors)
-        n, shared = SCORE_ITEMS, "mpd,kqd->mkpq"  # every user against the same block of items
-        blocks = [
-            self.combine(user, (comps[lo : lo + n], gate[lo : lo + n]), shared)
-            for lo in range(0, vectors.shape[0], n)
-        ]
-        return torch.cat(blocks, dim=1)
+        pair = 4 * mol_activation_floats(self.cfg, 1)
+        rows = max(1, min(features.shape[0], SCORE_BLOCK_BYTES // pair))
+        n = max(1, min(SCORE_ITEMS, SCORE_BLOCK_BYTES // (pair * rows)))
+        shared = "mpd,kqd->mkpq"  # every user against the same block of items
+        return torch.cat(
+            [
+                torch.cat(
+                    [
+                        self.combine(
+                            (uc[r : r + rows], ug[r : r + rows]),
+                            (comps[lo : lo + n], gate[lo : lo + n]),
+                            shared,
+                        )
+                        for lo in range(0, vectors.shape[0], n)
+                    ],
+                    dim=1,
+                )
+                for r in range(0, features.shape[0], rows)
+            ],
+            dim=0,
+        )
 
 
 def mol_parameters(d_model: int, cfg: MoLConfig) -> int:
