@@ -603,3 +603,54 @@ def test_any_config_trains_a_step_within_the_bound_or_is_one_line(
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert seen["trained"] >= 5 and seen["refused"] >= 5, seen  # both sides were drawn
+
+
+# ---------------------------------------------------------- the catalogue's files and numbers
+
+
+@pytest.mark.slow
+def test_the_catalogue_size_cases_are_one_line_under_a_memory_cap(
+    tmp_path: Path, memory_cap: Callable[[], None]
+) -> None:
+    """Each once allocated gigabytes or died in a library: a 60 GB sparse index.bin (read
+    whole), a 3 GB sparse items table (polars' panic), `--draws` 10^9 (a list of 10^9 seeds),
+    `--ef-search` 10^9 (faiss' bad_alloc). Under the cap: exit 2, one line, quickly, nothing
+    left behind; the run with the bad index still serves."""
+    pytest.importorskip("faiss")
+    import time
+
+    import polars as pl
+
+    from seqrec.data.prepare import prepare
+    from seqrec.training.fit import fit
+    from test_item_features_e2e import _cfg, _planted
+
+    log, items = _planted()
+    table = tmp_path / "items.csv"
+    items.filter(pl.col("item") <= 40).write_csv(table)
+    ds = prepare(log, out=tmp_path / "prepared", name="planted", progress=False)
+    run = tmp_path / "run"
+    fit(ds, _cfg("sasrec", table, "train.max_epochs=1"), run, progress=False)
+    huge = tmp_path / "new.csv"
+    with open(huge, "wb") as f:
+        f.truncate(3 << 30)
+    before = sorted(p.name for p in run.iterdir())
+    cli = "import sys; from seqrec.cli import main; sys.exit(main(sys.argv[1:]))"
+    for argv, words in (
+        (["add-items", str(run), "--items", str(huge)], ["new.csv", "bound"]),
+        (["evaluate", str(run), "--draws", str(10**9)], ["--draws", "expected <= 1,000"]),
+        (["index", str(run), "--ef-search", str(10**9)], ["--ef-search", "expected <= 65,536"]),
+    ):
+        start = time.monotonic()
+        proc = _capped(cli, *argv, cap=memory_cap)
+        assert proc.returncode == 2, proc.stderr
+        assert time.monotonic() - start < 60
+        _one_line(proc.stderr.strip(), *words)
+    with open(run / "index.bin", "wb") as f:
+        f.truncate(60 << 30)
+    before.append("index.bin")
+    served = _capped(cli, "recommend", str(run), "--history", "1,5,9", cap=memory_cap)
+    assert served.returncode == 0, served.stderr
+    assert "index.bin" in served.stderr and "scoring exactly" in served.stderr
+    assert served.stdout.strip()
+    assert sorted(p.name for p in run.iterdir()) == sorted(before)
