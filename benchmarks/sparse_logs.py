@@ -5,7 +5,8 @@ a user would: `seqrec.SASRec()`, `seqrec.BERT4Rec()` or `seqrec.Model(name)`, th
 
     python benchmarks/sparse_logs.py make LOG [--data-dir DIR] [--out FILE]
     python benchmarks/sparse_logs.py fit LOG --model bert4rec [--set KEY=VALUE ...]
-        [--seed 0] [--data-dir DIR] [--runs-dir DIR] [--name NAME] [--max-minutes 30]
+        [--seed 0] [--data-dir DIR] [--runs-dir DIR] [--name NAME]
+    python benchmarks/sparse_logs.py table RUN_DIR ... --name NAME [--note TEXT]
 
 The logs (each a CSV `user,item`, rows in each user's time order), built from the files under
 the real-data folder (--data-dir, else $SEQREC_DATA_DIR):
@@ -20,7 +21,9 @@ the real-data folder (--data-dir, else $SEQREC_DATA_DIR):
 `fit` writes benchmarks/results/recipes/<NAME>.{json,md}: the estimator's resolved config, the
 epochs it trained, its best epoch, why it stopped, the wall time and test full NDCG@10 / HR@10
 (leave-one-out, every user), beside POP on the same split. `--set` takes the estimator's
-parameters by name (`mask_prob=0.6`) to probe a rule before it becomes a default.
+parameters by name (`mask_prob=0.6`) to probe a rule before it becomes a default. `table`
+puts finished runs side by side (their settings, validation by epoch, test) in one results file
+that records each run.
 """
 
 from __future__ import annotations
@@ -112,7 +115,6 @@ def _value(text: str) -> Any:
 
 def cmd_fit(args: argparse.Namespace) -> None:
     import seqrec
-    from seqrec.data.candidates import item_popularity
     from seqrec.evaluation.protocols import evaluate_split
     from seqrec.models.baselines.pop import Popularity
     from seqrec.training.rundir import RunDir
@@ -141,7 +143,7 @@ def cmd_fit(args: argparse.Namespace) -> None:
     run = RunDir(out)
     metrics = run.metrics() or {}
     ds = est.dataset_
-    pop = evaluate_split(ds, Popularity(item_popularity(ds, "test")), "test", protocols=["full"])
+    pop = evaluate_split(ds, Popularity.fit(ds.split.train), "test", protocols=["full"]).metrics
     test = metrics.get("test", {}).get("full", {})
     log = run.log()
     row = {
@@ -174,6 +176,67 @@ def cmd_fit(args: argparse.Namespace) -> None:
     print(md)
 
 
+# the settings a probe table shows for each run (section, key)
+SHOWN = (
+    ("train", "batch_size"),
+    ("train", "lr"),
+    ("cloze", "mask_prob"),
+    ("cloze", "last_item_ratio"),
+    ("bert4rec", "d_model"),
+    ("bert4rec", "dropout"),
+)
+
+
+def cmd_table(args: argparse.Namespace) -> None:
+    """Finished probe runs side by side: their settings, validation by epoch and test."""
+    from seqrec.training.rundir import RunDir
+
+    rows, runs = [], []
+    for path in map(Path, args.runs):
+        run = RunDir(path)
+        cfg, metrics = run.config_dict(), run.metrics() or {}
+        key = f"valid_{cfg['train']['val_protocol']}_{cfg['train']['val_metric']}"
+        rows.append(
+            {
+                "run": path.parent.name.rsplit("-", 1)[0],
+                "settings": {
+                    f"{sec}.{k}": cfg.get(sec, {}).get(k) for sec, k in SHOWN if sec in cfg
+                },
+                "epochs": len(run.log()),
+                "val_by_epoch": [r.get(key) for r in run.log()],
+                "loss_by_epoch": [round(r["loss"], 3) for r in run.log()],
+                "test_full_ndcg@10": metrics.get("test", {}).get("full", {}).get("ndcg@10"),
+                "valid_full_ndcg@10": metrics.get("valid", {}).get("full", {}).get("ndcg@10"),
+            }
+        )
+        runs.append(path)
+    head = [k for k in rows[0]["settings"]] if rows else []
+    md = [
+        f"# {args.name}\n",
+        args.note + "\n" if args.note else "",
+        "| run | "
+        + " | ".join(head)
+        + " | epochs | loss (last) | valid by epoch | test full NDCG@10 |",
+        "|---" * (len(head) + 5) + "|",
+    ]
+    for r in rows:
+        vals = ", ".join(f"{v:.4f}" for v in r["val_by_epoch"] if v is not None)
+        md.append(
+            f"| {r['run']} | "
+            + " | ".join(str(r["settings"].get(k)) for k in head)
+            + f" | {r['epochs']} | {r['loss_by_epoch'][-1] if r['loss_by_epoch'] else '-'} | "
+            f"{vals} | {_fmt(r['test_full_ndcg@10'])} |"
+        )
+    write_results(
+        results_stem(args.name, "recipes"),
+        {"runs": rows},
+        "\n".join(md) + "\n",
+        seeds={"train": 0},
+        runs=runs,
+    )
+    print("\n".join(md))
+
+
 def _fmt(x: Any) -> str:
     return f"{x:.4f}" if isinstance(x, float) else str(x)
 
@@ -195,6 +258,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--runs-dir")
     p.add_argument("--name")
     p.set_defaults(func=cmd_fit)
+    p = sub.add_parser("table", help="finished probe runs side by side, as a results file")
+    p.add_argument("runs", nargs="+", help="run directories")
+    p.add_argument("--name", required=True)
+    p.add_argument("--note", default="", help="a line under the title: what was probed")
+    p.set_defaults(func=cmd_table)
     args = ap.parse_args(argv)
     args.func(args)
 

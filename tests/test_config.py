@@ -324,6 +324,30 @@ def test_a_recipe_fits_its_sizes_to_the_data_and_an_explicit_size_wins() -> None
     assert as_trained(cfg, like=fitted).sasrec.max_len == 96
 
 
+def test_a_sparse_log_trains_the_bert4rec_recipe_at_a_lower_rate() -> None:
+    import numpy as np
+
+    from seqrec.training.policy import adapt_to_data
+
+    cfg = load_config(RunConfig, "bert4rec")
+    assert cfg.adapt == ("max_len", "loss", "lr") and cfg.train.lr == 2e-3
+    assert adapt_to_data(cfg, np.full(1000, 8), 29_000)[0].train.batch_size == 128  # not halved
+    lengths = np.full(1000, 8)  # 8,000 training interactions
+    # 8 an item (1,000 items): 2e-3 x sqrt(8 / 32) = 1e-3, and the run says why
+    fitted, said = adapt_to_data(cfg, lengths, n_items=1000)
+    assert fitted.train.lr == 1e-3
+    assert any(s.startswith("train.lr 0.001 (8.0 training interactions an item") for s in said)
+    # 289 an item (ML-1M's shape) and 32 keep the recipe's; one a item stops at a quarter
+    assert adapt_to_data(cfg, np.full(1000, 289), 1000)[0].train.lr == 2e-3
+    assert adapt_to_data(cfg, np.full(1000, 32), 1000)[0].train.lr == 2e-3
+    assert adapt_to_data(cfg, np.full(1000, 1), 1000)[0].train.lr == 5e-4
+    # an explicit rate wins; a run reused as it fitted its rate
+    explicit = load_config(RunConfig, "bert4rec", ["train.lr=0.003"])
+    assert "lr" not in explicit.adapt
+    assert adapt_to_data(explicit, lengths, 1000)[0].train.lr == 3e-3
+    assert as_trained(cfg, like=fitted).train.lr == 1e-3
+
+
 def test_device_tiers_apply_on_their_device_first_and_explicit_keys_win() -> None:
     # the shipped BERT4Rec recipe on a GPU: a batch of 768, its learning rate, a minute
     cfg = load_config(RunConfig, "ml-1m-bert4rec")

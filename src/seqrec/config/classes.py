@@ -216,7 +216,7 @@ class ShortBudget:
 # RunConfig's own keys; the rest are sections
 _RUN_KEYS = ("data", "eval", "items", "model", "train", "short_budget", "adapt")
 # the sizes a recipe may fit to the data when a run starts (`adapt = [...]`, `adapt_to_data`)
-Adaptable = Literal["max_len", "batch_size", "loss"]
+Adaptable = Literal["max_len", "batch_size", "loss", "lr"]
 # the keys that fix an adapted setting when given explicitly (an override wins over `adapt`)
 _ADAPTED_BY = {
     "max_len": "max_len",
@@ -225,6 +225,7 @@ _ADAPTED_BY = {
     "n_negatives": "loss",
     "negatives_per": "loss",
     "logq": "loss",
+    "lr": "lr",
 }
 
 

@@ -239,6 +239,15 @@ _ADAPT_MIN_BATCH = 32
 _ADAPT_MIN_LEN = 16
 
 
+# `adapt = ["lr"]`: a log with fewer training interactions an item than this trains at the
+# recipe's rate times sqrt(interactions an item / this), at least _ADAPT_LR_FLOOR of it. On the
+# BERT4Rec authors' Beauty at a 3-core (8.2 interactions an item) the `bert4rec` recipe's 2e-3
+# learned next to nothing and 1e-3 learned (benchmarks/results/recipes/bert4rec_sparse_probes.md);
+# ML-1M (289 an item) keeps the recipe's rate.
+_ADAPT_LR_INTERACTIONS = 32
+_ADAPT_LR_FLOOR = 0.25
+
+
 def adapt_to_data(
     cfg: RunConfig, lengths: typing.Sequence[int] | Any, n_items: int
 ) -> tuple[RunConfig, list[str]]:
@@ -256,7 +265,11 @@ def adapt_to_data(
       (docs/guide.md, "Recipes for your own log");
     - `batch_size` (a full softmax only): the recipe's up to 20,000 items, halved for every
       doubling beyond, at least 32: the full-softmax cost of a sequence grows with the
-      catalogue, so a smaller batch keeps the number of updates a budget buys.
+      catalogue, so a smaller batch keeps the number of updates a budget buys;
+    - `lr`: the recipe's on a log of at least 32 training interactions an item; on a sparser
+      one, times sqrt(interactions an item / 32), at least a quarter of it: on a catalogue
+      whose items are seen a few times each, the recipe's rate moves their embeddings by its
+      whole step on every rare sighting (Adam normalises the gradient) and nothing is learned.
     """
     import numpy as np
 
@@ -280,6 +293,16 @@ def adapt_to_data(
             value = int(min(cap, max(_ADAPT_MIN_LEN, 8 * math.ceil(p95 / 8))))
             out = out.replace_section(name, max_len=value)
             said.append(f"{name}.max_len {value} (95 % of histories hold <= {p95:.0f} items)")
+    if "lr" in cfg.adapt:
+        per_item = float(np.sum(np.asarray(lengths))) / max(n_items, 1)
+        factor = min(1.0, max(_ADAPT_LR_FLOOR, math.sqrt(per_item / _ADAPT_LR_INTERACTIONS)))
+        if factor < 1.0:
+            lr = float(f"{cfg.train.lr * factor:.2g}")
+            out = dataclasses.replace(out, train=dataclasses.replace(out.train, lr=lr))
+            said.append(
+                f"train.lr {lr:g} ({per_item:.1f} training interactions an item, under "
+                f"{_ADAPT_LR_INTERACTIONS})"
+            )
     if "batch_size" in cfg.adapt and out.train.loss == "ce":
         batch = cfg.train.batch_size
         while batch > _ADAPT_MIN_BATCH and batch * n_items > cfg.train.batch_size * _ADAPT_ITEMS:
@@ -301,6 +324,8 @@ def _as_adapted(cfg: RunConfig, like: RunConfig) -> RunConfig:
         out = dataclasses.replace(
             out, train=dataclasses.replace(out.train, batch_size=like.train.batch_size)
         )
+    if "lr" in cfg.adapt:
+        out = dataclasses.replace(out, train=dataclasses.replace(out.train, lr=like.train.lr))
     if "loss" in cfg.adapt:
         keys = ("loss", "n_negatives", "negatives_per", "logq")
         train = dataclasses.replace(out.train, **{k: getattr(like.train, k) for k in keys})
