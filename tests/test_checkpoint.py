@@ -20,7 +20,8 @@ import torch
 from seqrec.errors import RunError
 from seqrec.training import lock, rundir
 from seqrec.training.checkpoint import load_run
-from seqrec.training.rundir import RunDir, load_tensors
+from seqrec.training.manifest import load_tensors
+from seqrec.training.rundir import RunDir
 
 
 class _Payload:

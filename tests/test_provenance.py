@@ -18,8 +18,9 @@ from seqrec.data.prepared import PreparedDataset
 from seqrec.data.synthetic import synthetic_interactions
 from seqrec.errors import ConfigError
 from seqrec.provenance import ISA_FLAGS, machine
+from seqrec.training.manifest import load_tensors
 from seqrec.training.policy import as_trained
-from seqrec.training.rundir import RunDir, load_tensors
+from seqrec.training.rundir import RunDir
 
 
 def _cfg(**train: object) -> RunConfig:

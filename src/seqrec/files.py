@@ -39,8 +39,10 @@ __all__ = [
     "checked_open",
     "env_bytes",
     "hash_file",
+    "identity",
     "json_object",
     "read_checked",
+    "read_hashed",
     "size_checked",
     "write_failed",
 ]
@@ -236,3 +238,37 @@ def check_name(name: str, what: str) -> str:
             "separator or control character, not starting with a dot"
         )
     return name
+
+
+def read_hashed(
+    path: Path,
+    limit: int,
+    *,
+    root: Path | None = None,
+    error: type[SeqrecError] = ConfigError,
+    hint: str = "",
+) -> tuple[bytearray, str]:
+    """The bytes of `path` and their sha256, looked at first (`checked_open`), read once into
+    one buffer of the file's size and hashed as they are read: a file of gigabytes is never
+    held twice. One `error` line when it changes while read."""
+    digest = hashlib.sha256()
+    with checked_open(path, limit, root=root, error=error, hint=hint) as f:
+        size = os.fstat(f.fileno()).st_size
+        data, got = bytearray(size), 0
+        view = memoryview(data)
+        while got < size and (n := f.readinto(view[got : got + (1 << 24)])):  # type: ignore[attr-defined]
+            digest.update(view[got : got + n])
+            got += n
+        if got != size or f.read(1):
+            raise error(f"{path}: changed while it was read")
+    return data, digest.hexdigest()
+
+
+def identity(path: Path) -> tuple[int, int, int] | None:
+    """What tells a file from the one that replaces it (every seqrec write is a rename: a new
+    inode): its inode, modification time and size; None when there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)

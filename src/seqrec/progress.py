@@ -14,7 +14,7 @@ from typing import IO, Any
 from tqdm import tqdm
 from tqdm.auto import tqdm as auto_tqdm
 
-__all__ = ["Progress", "in_notebook", "interactive"]
+__all__ = ["Progress", "in_notebook", "interactive", "val_field"]
 
 
 def interactive(stream: IO[str] | None = None) -> bool:
@@ -94,3 +94,15 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def val_field(value: float | None, best: dict[str, Any]) -> str:
+    """The progress line's validation field: this epoch's value ("-" when the epoch was not
+    validated) and the best so far with its epoch: `0.0581 (best 0.0632 @3)`, or
+    `0.0632 (best)` when this epoch is the best."""
+    now = "-" if value is None else f"{value:.4f}"
+    if best["epoch"] < 0:
+        return now
+    if value is not None and value == best["metric"]:
+        return f"{now} (best)"
+    return f"{now} (best {best['metric']:.4f} @{best['epoch']})"

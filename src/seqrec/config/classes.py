@@ -219,13 +219,8 @@ _RUN_KEYS = ("data", "eval", "items", "model", "train", "short_budget", "adapt")
 Adaptable = Literal["max_len", "batch_size", "loss", "lr"]
 # the keys that fix an adapted setting when given explicitly (an override wins over `adapt`)
 _ADAPTED_BY = {
-    "max_len": "max_len",
-    "batch_size": "batch_size",
-    "loss": "loss",
-    "n_negatives": "loss",
-    "negatives_per": "loss",
-    "logq": "loss",
-    "lr": "lr",
+    **{key: key for key in ("max_len", "batch_size", "lr")},
+    **dict.fromkeys(("loss", "n_negatives", "negatives_per", "logq"), "loss"),
 }
 
 

@@ -11,6 +11,9 @@ the run's files always agree with each other and with its manifest."""
 from __future__ import annotations
 
 import copy
+import sys
+import threading
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -18,14 +21,14 @@ import numpy as np
 
 from seqrec.data.item_features import items_file_bytes
 from seqrec.data.items_table import read_items_table
-from seqrec.errors import ConfigError, DataError
+from seqrec.errors import ConfigError, DataError, SeqrecError
 from seqrec.training.checkpoint import Run
 from seqrec.training.rundir import RunDir
 
 if TYPE_CHECKING:
     from seqrec.serving.recommender import Recommender
 
-__all__ = ["CATALOGUE_WAIT", "add_items"]
+__all__ = ["CATALOGUE_WAIT", "add_items", "follow", "refresh", "reload"]
 
 # how long a catalogue change waits for another writer of the same run (a training holds the
 # lock for as long as it trains: then the change is refused in one line)
@@ -71,7 +74,7 @@ def add_items(
         return ids
     run = RunDir(rec.run.path)
     with run.lock(wait=CATALOGUE_WAIT, what="catalogue"):
-        rec.reload_catalogue()  # another writer's items first: never saved over
+        reload(rec)  # another writer's items first: never saved over
         grown = _grown(rec, df, ids, neighbours)
         vocab = {
             **run.vocab(),
@@ -108,3 +111,69 @@ def _grown(rec: Recommender, df: Any, ids: list[Any], neighbours: int | None) ->
     run.items = (encoder, features.append(new))
     popularity = np.concatenate([rec.popularity, np.zeros(len(ids), np.float32)])
     return _Grown(run, popularity, ids)
+
+
+def refresh(rec: Recommender) -> bool:
+    """Load `rec`'s catalogue again when another writer (`seqrec add-items`, another server
+    process, `add_items` elsewhere) changed it since it was loaded; whether it did. Under the
+    run's lock, so that it reads one writer's files, all of them."""
+    run = RunDir(rec.run.path, trust=rec.trust)
+    if run.catalogue_stamp() == rec.stamp:
+        return False
+    with run.lock(wait=CATALOGUE_WAIT, what="catalogue"):
+        return reload(rec)
+
+
+def reload(rec: Recommender) -> bool:
+    """`refresh` for a caller that holds the run's lock: the catalogue as the run directory has
+    it now (its items, weights, popularity and index), if it changed since `rec` loaded it;
+    whether it did."""
+    from seqrec.serving.index import run_index
+    from seqrec.training.checkpoint import load_run
+
+    run = RunDir(rec.run.path, trust=rec.trust)
+    stamp = run.catalogue_stamp()
+    if stamp == rec.stamp:
+        return False
+    loaded = load_run(rec.run.path, device=rec.device, trust=rec.trust)
+    vocab = run.vocab()
+    popularity = np.zeros(len(loaded.item_ids) + 1, dtype=np.float32)
+    if "popularity" in vocab:
+        popularity = np.asarray(vocab["popularity"], dtype=np.float32)
+    else:  # grown elsewhere from a run that recorded none: the training counts, kept
+        popularity[: len(rec.popularity)] = rec.popularity[: len(popularity)]
+    index = None
+    if not rec.exact and loaded.model.blockwise:
+        index = run_index(rec.run.path, *loaded.model.output_weights(), trust=rec.trust)
+        old = rec.index
+        if index is not None and old is not None and old.kind == index.kind:
+            # as the server was told to search
+            index.set_breadth(old.nprobe if old.kind == "ivf" else old.ef_search)
+    rec.use_catalogue(loaded, popularity, index, stamp)
+    return True
+
+
+def follow(rec: Recommender, every: float = 1.0) -> threading.Event:
+    """Keep `rec` to its run's catalogue as other writers change it: a thread that calls
+    `refresh` every `every` seconds (a failed load is said once on stderr and tried again),
+    until the returned event is set or the recommender is gone."""
+    stop = threading.Event()
+    me = weakref.ref(rec)
+
+    def watch() -> None:
+        said = ""
+        while not stop.wait(every):
+            current = me()
+            if current is None:
+                return
+            try:
+                refresh(current)
+                said = ""
+            except SeqrecError as err:
+                if str(err) != said:
+                    print(f"catalogue not reloaded: {err}", file=sys.stderr)
+                    said = str(err)
+            del current
+
+    threading.Thread(target=watch, name="seqrec-catalogue", daemon=True).start()
+    return stop

@@ -1,5 +1,6 @@
-"""Histories and recommendations in files (`seqrec recommend --input/--output`), and the items'
-metadata (titles, genres) shown beside their ids."""
+"""Histories and recommendations in files (`seqrec recommend --input/--output`), the items'
+metadata (titles, genres) shown beside their ids, and the data a run serves with beside its
+model (`run_data`)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import polars as pl
 
+from seqrec.data.candidates import item_popularity
+from seqrec.data.ids import same_items
 from seqrec.data.io import detect_format, read_interactions
+from seqrec.data.prepared import PreparedDataset, load_prepared
 from seqrec.errors import ConfigError, DataError
 from seqrec.files import bound, read_checked
 from seqrec.provenance import atomic_write
+from seqrec.training.rundir import RunDir
 
 if TYPE_CHECKING:
     from seqrec.serving.recommender import Recommender
+    from seqrec.training.checkpoint import Run
 
 __all__ = [
     "item_metadata",
@@ -24,6 +31,7 @@ __all__ = [
     "read_histories",
     "read_timed_histories",
     "recommendations_frame",
+    "run_data",
     "write_recommendations",
 ]
 
@@ -192,3 +200,32 @@ def ranked_table(
         for rank, (item, score) in enumerate(rr, 1)
     ]
     return pl.DataFrame(rows, schema=[key, "rank", "item", "score"], orient="row")
+
+
+def run_data(
+    run: Run, *, trust: bool = False, metadata: str | Path | None = None
+) -> tuple[PreparedDataset | None, np.ndarray, dict[str, dict[str, Any]] | None]:
+    """What a loaded run serves with beside its model: its prepared data while it still exists
+    and is this run's (for `recommend_user`), the training popularity (the run's vocab, else
+    counted again from that data; one line when neither is left) and the item titles (the
+    dataset's own, ML-1M's `movies.dat` beside it, or the file `metadata` names)."""
+    prepared = run.source.get("prepared")
+    dataset = load_prepared(prepared) if prepared and Path(prepared).exists() else None
+    trained = run.item_ids[: len(dataset.item_ids)] if dataset is not None else []
+    if dataset is not None and not same_items(dataset.item_ids, trained):
+        dataset = None  # prepared again with other settings since: not this run's data
+    elif dataset is not None:
+        dataset.item_ids = trained  # the same ids: held once (ten million are 360 MB)
+    vocab = RunDir(run.path, trust=trust).vocab()
+    if "popularity" in vocab:
+        popularity = np.asarray(vocab["popularity"], dtype=np.float32)
+    elif dataset is not None:
+        popularity = item_popularity(dataset.split.train).astype(np.float32)
+    else:
+        raise ConfigError(f"{run.path}: no popularity in its vocab and its prepared data is gone")
+    # the raw file the data came from: the prepared manifest's, else the run's if a path
+    data = run.source.get("data")
+    if dataset is not None:
+        data = dataset.manifest.get("key", {}).get("source", {}).get("path", data)
+    raw = data if isinstance(data, str) and Path(data).is_file() else None
+    return dataset, popularity, item_metadata(metadata, raw)

@@ -31,14 +31,13 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from seqrec.data.candidates import item_popularity
-from seqrec.data.ids import IdCodec, same_items
-from seqrec.data.prepared import PreparedDataset, load_prepared
+from seqrec.data.ids import IdCodec
+from seqrec.data.prepared import PreparedDataset
 from seqrec.data.preprocess import left_pad
 from seqrec.errors import ConfigError, SeqrecError
 from seqrec.evaluation.protocols import SCORES_BYTES, score_plan
 from seqrec.progress import Progress
-from seqrec.serving.files import item_metadata
+from seqrec.serving.files import run_data
 from seqrec.serving.index import ItemIndex, csr, masked_top, run_index
 from seqrec.serving.scoring import (
     Clock,
@@ -146,28 +145,7 @@ class Recommender:
         run's item index (`seqrec index`; not with `exact`: every item scored)."""
         stamp = RunDir(run_dir).catalogue_stamp()  # before reading: a later change is seen
         run = load_run(run_dir, device=device, trust=trust)
-        prepared = run.source.get("prepared")
-        dataset = load_prepared(prepared) if prepared and Path(prepared).exists() else None
-        trained = run.item_ids[: len(dataset.item_ids)] if dataset is not None else []
-        if dataset is not None and not same_items(dataset.item_ids, trained):
-            dataset = None  # prepared again with other settings since: not this run's data
-        elif dataset is not None:
-            dataset.item_ids = trained  # the same ids: held once (ten million are 360 MB)
-        vocab = RunDir(run_dir, trust=trust).vocab()
-        if "popularity" in vocab:
-            popularity = np.asarray(vocab["popularity"], dtype=np.float32)
-        elif dataset is not None:
-            popularity = _train_popularity(dataset)
-        else:
-            raise ConfigError(
-                f"{run_dir}: no popularity in its vocab and its prepared data is gone"
-            )
-        # the raw file the data came from: the prepared manifest's, else the run's if a path
-        data = run.source.get("data")
-        if dataset is not None:
-            data = dataset.manifest.get("key", {}).get("source", {}).get("path", data)
-        raw = data if isinstance(data, str) and Path(data).is_file() else None
-        meta = item_metadata(metadata, raw)
+        dataset, popularity, meta = run_data(run, trust=trust, metadata=metadata)
         rec = cls(
             run,
             popularity,
@@ -194,41 +172,11 @@ class Recommender:
         return add_items(self, table, save=save, neighbours=neighbours)
 
     def refresh(self) -> bool:
-        """Load the run's catalogue again when another writer (`seqrec add-items`, another
-        server process, `add_items` elsewhere) changed it since this one was loaded; whether it
-        did. Under the run's lock, so that it reads one writer's files, all of them."""
-        from seqrec.serving.catalogue import CATALOGUE_WAIT
+        """Load the run's catalogue again when another writer changed it since this one was
+        loaded (seqrec.serving.catalogue.refresh); whether it did."""
+        from seqrec.serving.catalogue import refresh
 
-        run = RunDir(self.run.path, trust=self.trust)
-        if run.catalogue_stamp() == self.stamp:
-            return False
-        with run.lock(wait=CATALOGUE_WAIT, what="catalogue"):
-            return self.reload_catalogue()
-
-    def reload_catalogue(self) -> bool:
-        """`refresh` for a caller that holds the run's lock: the catalogue as the run directory
-        has it now (its items, weights, popularity and index), if it changed since this one was
-        loaded; whether it did."""
-        run = RunDir(self.run.path, trust=self.trust)
-        stamp = run.catalogue_stamp()
-        if stamp == self.stamp:
-            return False
-        loaded = load_run(self.run.path, device=self.device, trust=self.trust)
-        vocab = run.vocab()
-        popularity = np.zeros(len(loaded.item_ids) + 1, dtype=np.float32)
-        if "popularity" in vocab:
-            popularity = np.asarray(vocab["popularity"], dtype=np.float32)
-        else:  # grown elsewhere from a run that recorded none: the training counts, kept
-            popularity[: len(self.popularity)] = self.popularity[: len(popularity)]
-        index = None
-        if not self.exact and loaded.model.blockwise:
-            index = run_index(self.run.path, *loaded.model.output_weights(), trust=self.trust)
-            old = self.index
-            if index is not None and old is not None and old.kind == index.kind:
-                # as the server was told to search
-                index.set_breadth(old.nprobe if old.kind == "ivf" else old.ef_search)
-        self.use_catalogue(loaded, popularity, index, stamp)
-        return True
+        return refresh(self)
 
     def use_catalogue(
         self,
@@ -246,34 +194,6 @@ class Recommender:
             self.item_ids, self.n_items = items.ids, len(items)
             self.popularity = np.asarray(popularity, dtype=np.float32)
             self.index, self.stamp = index, stamp
-
-    def follow(self, every: float = 1.0) -> threading.Event:
-        """Keep to the run's catalogue as other writers change it: a thread that calls
-        `refresh` every `every` seconds (a failed load is said once on stderr and tried again),
-        until the returned event is set or this recommender is gone."""
-        import sys
-        import weakref
-
-        stop = threading.Event()
-        me = weakref.ref(self)
-
-        def watch() -> None:
-            said = ""
-            while not stop.wait(every):
-                rec = me()
-                if rec is None:
-                    return
-                try:
-                    rec.refresh()
-                    said = ""
-                except SeqrecError as err:
-                    if str(err) != said:
-                        print(f"catalogue not reloaded: {err}", file=sys.stderr)
-                        said = str(err)
-                del rec
-
-        threading.Thread(target=watch, name="seqrec-catalogue", daemon=True).start()
-        return stop
 
     def similar_items(self, items: Sequence[Any], k: int = 10) -> list[list[tuple[Any, float]]]:
         """The k items closest to each of `items` by the cosine of the model's output
@@ -577,8 +497,3 @@ class Recommender:
             "git_commit": m.get("git_commit"),
             "unknown_items": self.unknown,
         }
-
-
-def _train_popularity(ds: PreparedDataset) -> np.ndarray:
-    """(n_items + 1,) interaction counts of the training split."""
-    return item_popularity(ds.split.train).astype(np.float32)

@@ -57,6 +57,7 @@ import torch
 
 from seqrec.errors import ConfigError, SeqrecError
 from seqrec.serving import routes
+from seqrec.serving.catalogue import follow
 from seqrec.serving.recommender import Recommender
 
 __all__ = ["ServeOptions", "check_host", "create_app", "serve", "server_config"]
@@ -258,9 +259,7 @@ def create_app(
     _install_handlers(app, opts, fast)
     rec.recommend_batch([[]], k=1, times=[[]])  # a first scoring: /ready means the model answers
     if rec.run.items is not None and opts.save_items and rec.stamp is not None:
-        # a catalogue that grows: what other writers add (another worker, seqrec add-items)
-        # is loaded within a second
-        rec.follow()
+        follow(rec)  # a catalogue that grows: another worker's or add-items' items, in a second
     schemas = routes.schemas(rec, opts)
 
     @app.get("/health", response_model=schemas.Status)

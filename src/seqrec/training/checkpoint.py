@@ -6,7 +6,6 @@ its weights' shapes) before anything is allocated, and builds it.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ import torch
 from seqrec.config import RunConfig
 from seqrec.data.item_features import ItemEncoder, ItemFeatures
 from seqrec.errors import ConfigError, RunError, SeqrecError
+from seqrec.files import identity
 from seqrec.models.base import SequenceModel
 from seqrec.models.registry import MODELS, entry
 from seqrec.models.tower import attach_item_features
@@ -112,30 +112,21 @@ def load_run(
     made again, so that its files are one writer's."""
     manifest = Path(run_dir) / DIGESTS
     for attempt in range(_LOAD_TRIES):
-        before = _identity(manifest)
+        before = identity(manifest)
         try:
             run = _load_run(run_dir, device, trust)
         except SeqrecError:
-            if attempt == _LOAD_TRIES - 1 or _identity(manifest) == before:
+            if attempt == _LOAD_TRIES - 1 or identity(manifest) == before:
                 raise  # damage, not a change under way
             time.sleep(0.05 * (attempt + 1))
             continue
-        if _identity(manifest) == before:
+        if identity(manifest) == before:
             return run
         time.sleep(0.05 * (attempt + 1))
     return run  # changed under every try: the last load's files passed their checks
 
 
 _LOAD_TRIES = 5
-
-
-def _identity(path: Path) -> tuple[int, int] | None:
-    """The manifest as it is now (every write replaces it: a new inode)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_mtime_ns)
 
 
 def _load_run(run_dir: str | Path, device: str | torch.device, trust: bool) -> Run:

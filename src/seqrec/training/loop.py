@@ -34,7 +34,7 @@ from seqrec.errors import TrainingError
 from seqrec.evaluation.metrics import summarize
 from seqrec.evaluation.protocols import PROTOCOLS, evaluate, parse_protocols
 from seqrec.models.base import Sampler, SequenceModel
-from seqrec.progress import Progress
+from seqrec.progress import Progress, val_field
 from seqrec.training.distributed import (
     Ranks,
     all_gather,
@@ -44,7 +44,7 @@ from seqrec.training.rundir import RunDir
 from seqrec.training.setup import Training
 from seqrec.training.step import lr_factor
 
-__all__ = ["LOSS_READ_EVERY", "prefetched", "val_field"]
+__all__ = ["LOSS_READ_EVERY", "prefetched"]
 
 
 @dataclass
@@ -252,18 +252,6 @@ def _check_finite(model: SequenceModel, run: RunDir, epoch: int, bar: Any) -> No
 def _kept(run: RunDir) -> str:
     """What a stopped training leaves to resume from, as the end of its line."""
     return ", the last checkpoint is kept" if run.has_checkpoint else "; nothing was kept"
-
-
-def val_field(value: float | None, best: dict[str, Any]) -> str:
-    """The progress line's validation field: this epoch's value ("-" when the epoch was not
-    validated) and the best so far with its epoch: `0.0581 (best 0.0632 @3)`, or
-    `0.0632 (best)` when this epoch is the best."""
-    now = "-" if value is None else f"{value:.4f}"
-    if best["epoch"] < 0:
-        return now
-    if value is not None and value == best["metric"]:
-        return f"{now} (best)"
-    return f"{now} (best {best['metric']:.4f} @{best['epoch']})"
 
 
 def _epoch_line(

@@ -1,10 +1,11 @@
 """A run's manifest (sha256.json): the digest of every file a loader reads, by file name, and
 those being replaced (pending). RunDir records digests before it moves a file into place and
 checks a file's digest before it reads it (seqrec.training.rundir); weights are hashed as they
-are written (`save_hashed`)."""
+are written (`save_hashed`) and read with PyTorch's restricted unpickler (`load_tensors`)."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import IO, Any
@@ -15,7 +16,7 @@ from seqrec.errors import RunError
 from seqrec.files import bound, read_checked
 from seqrec.outputs import DIGESTS, PENDING
 
-__all__ = ["covered", "digest_map", "read_digests", "save_hashed", "verify"]
+__all__ = ["covered", "digest_map", "load_tensors", "read_digests", "save_hashed", "verify"]
 
 
 def verify(root: Path, name: str, digest: str, digests: dict[str, Any] | None) -> None:
@@ -121,3 +122,21 @@ def save_hashed(obj: Any, f: IO[bytes], digest: Any) -> None:
         if out.error is not None:
             raise out.error from None
         raise
+
+
+def load_tensors(path: Path, data: bytes | IO[bytes] | None = None) -> Any:
+    """A file written by RunDir (or its bytes or open file, `data`, already looked at and
+    verified), read with PyTorch's restricted unpickler (`weights_only=True`): tensors, numbers,
+    strings and plain containers only. A file that holds anything else (a pickled object whose
+    loading would run code) or is damaged is refused with a one-line error naming it; nothing
+    in it runs."""
+    try:
+        source: Any = io.BytesIO(data) if isinstance(data, bytes) else data or path
+        return torch.load(source, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as err:  # UnpicklingError, RuntimeError, EOFError, ...: all one answer
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise RunError(
+            f"{path}: refused, not a tensors-only seqrec file or damaged ({first})"
+        ) from None

@@ -43,14 +43,22 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 import torch
 
 from seqrec.data import ids
 from seqrec.errors import ConfigError, DataError, RunError
-from seqrec.files import bound, checked_open, hash_file, json_object, read_checked
+from seqrec.files import (
+    bound,
+    checked_open,
+    hash_file,
+    identity,
+    json_object,
+    read_checked,
+    read_hashed,
+)
 from seqrec.outputs import (
     CHECKPOINT,
     CODE_DIFF,
@@ -74,13 +82,14 @@ from seqrec.outputs import (
 from seqrec.provenance import atomic_write, write_json
 from seqrec.training.events import EventLog
 from seqrec.training.lock import hold
-from seqrec.training.manifest import covered, read_digests, save_hashed, verify
+from seqrec.training.manifest import covered, load_tensors, read_digests, save_hashed, verify
+from seqrec.training.sizes import index_file_bytes, memory
 
 if TYPE_CHECKING:
     from seqrec.config import RunConfig
     from seqrec.data.item_features import ItemEncoder, ItemFeatures
 
-__all__ = ["RUN_FILES", "RUN_MARKER", "RUN_OUTPUTS", "RunDir", "load_tensors"]
+__all__ = ["RUN_FILES", "RUN_MARKER", "RUN_OUTPUTS", "RunDir"]
 
 # the size bound (seqrec.files.bound) of each file read whole
 _KINDS = {
@@ -333,35 +342,21 @@ class RunDir:
 
     def read_file(self, name: str) -> bytearray | None:
         """items.npz or index.bin, verified; None when the run has none. Looked at first (no
-        symlink out of the run, a regular file, within its bound: index.bin's by the run's size,
-        `_index_bound`), read once into memory and hashed as it is read."""
+        symlink out of the run, a regular file, within its bound: index.bin's what the run's
+        parameters and catalogue imply, seqrec.training.sizes), read once and hashed as read."""
         path = self.path / name
         if not path.exists() and not path.is_symlink():
             return None
-        limit = min(self._index_bound(), bound("index")) if name == INDEX else bound(_KINDS[name])
-        hint = "the bound the run's size implies for it" if name == INDEX else ""
+        limit, hint = bound(_KINDS.get(name, "index")), ""
+        if name == INDEX:
+            self._weights_bound(WEIGHTS)  # the parameters' bytes, computed once
+            size = index_file_bytes(self._parameter_bytes or 0, len(self.vocab()["items"]))
+            limit, hint = min(limit, size), "the bound the run's size implies for it"
         digests = self._digests(trust=self.trust)  # before the file: a writer records first
-        digest = hashlib.sha256()
-        with checked_open(path, limit, root=self.path, error=RunError, hint=hint) as f:
-            size = os.fstat(f.fileno()).st_size
-            data, got = bytearray(size), 0
-            view = memoryview(data)
-            while got < size and (n := f.readinto(view[got : got + (1 << 24)])):  # type: ignore[attr-defined]
-                digest.update(view[got : got + n])
-                got += n
-            if got != size or f.read(1):
-                raise RunError(f"{path}: changed while it was read")
+        data, digest = read_hashed(path, limit, root=self.path, error=RunError, hint=hint)
         if covered(digests, name, self.trust):
-            self._verify(name, digest.hexdigest(), digests)
+            self._verify(name, digest, digests)
         return data
-
-    def _index_bound(self) -> int:
-        """The most bytes this run's index.bin can hold (seqrec.training.sizes)."""
-        from seqrec.training.sizes import index_file_bytes
-
-        self._weights_bound(WEIGHTS)  # the parameters' bytes, computed once
-        assert self._parameter_bytes is not None
-        return index_file_bytes(self._parameter_bytes, len(self.vocab()["items"]))
 
     def save_index(self, data: bytes | None) -> None:
         """index.bin (seqrec.serving.index) written and recorded, or removed (None)."""
@@ -457,8 +452,6 @@ class RunDir:
         float32 (seqrec.training.sizes), four times over in a checkpoint (the weights, the best
         state, the optimiser's two moments), with room for the rest of a checkpoint (and for
         item features)."""
-        from seqrec.training.sizes import memory
-
         if self._parameter_bytes is None:  # config and vocab are written once, at the start
             vocab = self.vocab()
             n_items, n_users = len(vocab["items"]), int(vocab.get("n_users", 0))
@@ -502,29 +495,6 @@ class RunDir:
         )
 
     def catalogue_stamp(self) -> tuple[int, int, int] | None:
-        """What identifies the catalogue on disk now: vocab.json's inode, modification time and
-        size (every change replaces the file: a new inode). A reader that recorded it when it
-        loaded sees another writer's change by comparing; None without a vocab."""
-        try:
-            st = os.stat(self.path / VOCAB)
-        except OSError:
-            return None
-        return (st.st_ino, st.st_mtime_ns, st.st_size)
-
-
-def load_tensors(path: Path, data: bytes | IO[bytes] | None = None) -> Any:
-    """A file written by RunDir (or its bytes or open file, `data`, already looked at and
-    verified), read with PyTorch's restricted unpickler (`weights_only=True`): tensors, numbers,
-    strings and plain containers only. A file that holds anything else (a pickled object whose
-    loading would run code) or is damaged is refused with a one-line error naming it; nothing
-    in it runs."""
-    try:
-        source: Any = io.BytesIO(data) if isinstance(data, bytes) else data or path
-        return torch.load(source, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise
-    except Exception as err:  # UnpicklingError, RuntimeError, EOFError, ...: all one answer
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        raise RunError(
-            f"{path}: refused, not a tensors-only seqrec file or damaged ({first})"
-        ) from None
+        """What identifies the catalogue on disk now (vocab.json's `identity`: every change
+        replaces it): a reader that recorded it when it loaded sees another writer's change."""
+        return identity(self.path / VOCAB)
