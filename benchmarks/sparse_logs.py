@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from _common import data_dir, paper_beauty, paper_ml1m, results_stem, runs_dir, write_results
+from _common import data_dir, paper_beauty, paper_ml1m, runs_dir, write_results
 
 LOGS = ("beauty", "beauty-3core", "beauty-5core", "ml1m-short")
 
@@ -172,7 +172,7 @@ def cmd_fit(args: argparse.Namespace) -> None:
         f"{_fmt(row['test_full_ndcg@10'])} | {_fmt(row['test_full_hr@10'])} | "
         f"{_fmt(row['pop_test_full_ndcg@10'])} |\n"
     )
-    write_results(results_stem(name, "recipes"), row, md, seeds={"train": args.seed}, runs=[out])
+    write_results(name, row, md, seeds={"train": args.seed}, runs=[out], area="recipes")
     print(md)
 
 
@@ -188,53 +188,54 @@ SHOWN = (
 
 
 def cmd_table(args: argparse.Namespace) -> None:
-    """Finished probe runs side by side: their settings, validation by epoch and test."""
+    """Finished runs side by side: their settings, validation by epoch, test, and POP on the
+    same split."""
+    from seqrec.data.prepared import load_prepared
+    from seqrec.evaluation.protocols import evaluate_split
+    from seqrec.models.baselines.pop import Popularity
     from seqrec.training.rundir import RunDir
 
-    rows, runs = [], []
+    rows, pops = [], {}
     for path in map(Path, args.runs):
         run = RunDir(path)
-        cfg, metrics = run.config_dict(), run.metrics() or {}
+        cfg, metrics, log = run.config_dict(), run.metrics() or {}, run.log()
+        prepared = str(run.source().get("prepared"))
+        if prepared not in pops:  # POP on the same split, once a prepared log
+            ds = load_prepared(prepared)
+            pop = evaluate_split(ds, Popularity.fit(ds.split.train), "test", protocols=["full"])
+            pops[prepared] = pop.metrics["full"]["ndcg@10"]
         key = f"valid_{cfg['train']['val_protocol']}_{cfg['train']['val_metric']}"
         rows.append(
             {
                 "run": path.parent.name.rsplit("-", 1)[0],
-                "settings": {
-                    f"{sec}.{k}": cfg.get(sec, {}).get(k) for sec, k in SHOWN if sec in cfg
-                },
-                "epochs": len(run.log()),
-                "val_by_epoch": [r.get(key) for r in run.log()],
-                "loss_by_epoch": [round(r["loss"], 3) for r in run.log()],
-                "test_full_ndcg@10": metrics.get("test", {}).get("full", {}).get("ndcg@10"),
+                "settings": {f"{sec}.{k}": cfg.get(sec, {}).get(k) for sec, k in SHOWN},
+                "epochs": len(log),
+                "best_epoch": metrics.get("best_epoch"),
+                "stopped": metrics.get("stopped"),
+                "wall_min": round(float(metrics.get("wall_time_s", 0.0)) / 60, 1),
+                "val_by_epoch": [r.get(key) for r in log],
+                "loss_by_epoch": [round(r["loss"], 3) for r in log],
                 "valid_full_ndcg@10": metrics.get("valid", {}).get("full", {}).get("ndcg@10"),
+                "test_full_ndcg@10": metrics.get("test", {}).get("full", {}).get("ndcg@10"),
+                "pop_test_full_ndcg@10": pops[prepared],
             }
         )
-        runs.append(path)
-    head = [k for k in rows[0]["settings"]] if rows else []
-    md = [
-        f"# {args.name}\n",
-        args.note + "\n" if args.note else "",
-        "| run | "
-        + " | ".join(head)
-        + " | epochs | loss (last) | valid by epoch | test full NDCG@10 |",
-        "|---" * (len(head) + 5) + "|",
-    ]
+    head = [f"{sec}.{k}" for sec, k in SHOWN]
+    columns = [*head, "epochs", "best", "stopped", "minutes", "loss (last)", "valid by epoch"]
+    md = [f"# {args.name}\n", f"{args.note}\n" if args.note else ""]
+    md += ["| run | " + " | ".join([*columns, "test full NDCG@10", "POP"]) + " |"]
+    md += ["|---" * (len(columns) + 3) + "|"]
     for r in rows:
         vals = ", ".join(f"{v:.4f}" for v in r["val_by_epoch"] if v is not None)
-        md.append(
-            f"| {r['run']} | "
-            + " | ".join(str(r["settings"].get(k)) for k in head)
-            + f" | {r['epochs']} | {r['loss_by_epoch'][-1] if r['loss_by_epoch'] else '-'} | "
-            f"{vals} | {_fmt(r['test_full_ndcg@10'])} |"
-        )
-    write_results(
-        results_stem(args.name, "recipes"),
-        {"runs": rows},
-        "\n".join(md) + "\n",
-        seeds={"train": 0},
-        runs=runs,
-    )
-    print("\n".join(md))
+        cells = [str(r["settings"][k]) for k in head]
+        cells += [str(r[k]) for k in ("epochs", "best_epoch", "stopped", "wall_min")]
+        cells += [str(r["loss_by_epoch"][-1] if r["loss_by_epoch"] else "-"), vals]
+        cells += [_fmt(r["test_full_ndcg@10"]), _fmt(r["pop_test_full_ndcg@10"])]
+        md.append(f"| {r['run']} | " + " | ".join(cells) + " |")
+    text = "\n".join(md) + "\n"
+    runs = [Path(p) for p in args.runs]
+    write_results(args.name, {"runs": rows}, text, seeds={"train": 0}, runs=runs, area="recipes")
+    print(text)
 
 
 def _fmt(x: Any) -> str:
