@@ -20,12 +20,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from throughput import measure
-
 from _common import paper_ml1m, write_results
 from seqrec.config import RunConfig, load_config
 from seqrec.data import download
 from seqrec.data.prepare import prepare
+from suite.throughput import measure
 
 PEER_PACKAGES = ["torch==2.13.0", "recbole==1.2.1", "rectools[torch]==0.19.0"]
 # our model -> (our shipped config, the worker's matched sizes)
