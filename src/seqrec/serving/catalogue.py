@@ -39,7 +39,6 @@ CATALOGUE_WAIT = 60.0
 class _Grown:
     run: Run
     popularity: np.ndarray
-    ids: list[Any]
 
 
 def add_items(
@@ -72,7 +71,7 @@ def add_items(
         grown = _grown(rec, df, ids, neighbours)
         rec.use_catalogue(grown.run, grown.popularity, None, rec.stamp)
         return ids
-    run = RunDir(rec.run.path)
+    run = RunDir(rec.run.path, trust=rec.trust)
     with run.lock(wait=CATALOGUE_WAIT, what="catalogue"):
         reload(rec)  # another writer's items first: never saved over
         grown = _grown(rec, df, ids, neighbours)
@@ -110,7 +109,7 @@ def _grown(rec: Recommender, df: Any, ids: list[Any], neighbours: int | None) ->
     run.item_ids = [*rec.run.item_ids, *ids]
     run.items = (encoder, features.append(new))
     popularity = np.concatenate([rec.popularity, np.zeros(len(ids), np.float32)])
-    return _Grown(run, popularity, ids)
+    return _Grown(run, popularity)
 
 
 def refresh(rec: Recommender) -> bool:
