@@ -78,7 +78,10 @@ def test_params_clone_and_errors() -> None:
     with pytest.raises(DataError) as err:
         _small().fit(_log("polars"), user_col="uid", item_col="sku", time_col="ts")
     assert "\n" not in str(err.value) and "missing column(s) uid" in str(err.value)
-    assert "user_id, sku, ts" in str(err.value)
+    assert "user_id, sku, ts" in str(err.value) and "time_col=None" not in str(err.value)
+    # a log without timestamps: the line says how to read it in row order
+    with pytest.raises(DataError, match=r"missing column\(s\) timestamp; .*time_col=None reads"):
+        _small().fit(_log("polars").drop("ts"), user_col="user_id", item_col="sku")
     with pytest.raises(seqrec.SeqrecError, match="not fitted"):
         _small().recommend(["user_3"])
 

@@ -95,9 +95,11 @@ def interactions_from_frame(
     missing = [c for c in wanted if c not in present]
     if missing:
         shown = ", ".join(present[:20]) + (", ..." if len(present) > 20 else "")
+        hint = "user_col=, item_col=, time_col= name them"
+        if missing == [time_col]:  # no time column: the rows' own order can be the time
+            hint += "; time_col=None reads the rows as already in time order within each user"
         raise DataError(
-            f"DataFrame: missing column(s) {', '.join(missing)}; it has {shown} "
-            "(user_col=, item_col=, time_col= name them)"
+            f"DataFrame: missing column(s) {', '.join(missing)}; it has {shown} ({hint})"
         )
     df = _to_polars(data, list(dict.fromkeys(wanted)))
     check_column_types(df.schema, [user_col, item_col], time_col, "DataFrame")
