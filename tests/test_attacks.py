@@ -621,16 +621,16 @@ def test_the_catalogue_size_cases_are_one_line_under_a_memory_cap(
 
     import polars as pl
 
+    from planted import feature_config, planted_log
     from seqrec.data.prepare import prepare
     from seqrec.training.fit import fit
-    from test_item_features_e2e import _cfg, _planted
 
-    log, items = _planted()
+    log, items = planted_log()
     table = tmp_path / "items.csv"
     items.filter(pl.col("item") <= 40).write_csv(table)
     ds = prepare(log, out=tmp_path / "prepared", name="planted", progress=False)
     run = tmp_path / "run"
-    fit(ds, _cfg("sasrec", table, "train.max_epochs=1"), run, progress=False)
+    fit(ds, feature_config("sasrec", table, "train.max_epochs=1"), run, progress=False)
     huge = tmp_path / "new.csv"
     with open(huge, "wb") as f:
         f.truncate(3 << 30)

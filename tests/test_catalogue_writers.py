@@ -21,23 +21,23 @@ from typing import Any
 import polars as pl
 import pytest
 
+from planted import feature_config, planted_log, post_json
 from seqrec.errors import RunError
 from seqrec.serving.recommender import Recommender
 from seqrec.training.checkpoint import load_run
 from seqrec.training.fit import fit
 from seqrec.training.rundir import RunDir
-from test_item_features_e2e import _cfg, _planted
 
 
 @pytest.fixture()
 def run(tmp_path: Path) -> Path:
     from seqrec.data.prepare import prepare
 
-    log, items = _planted()
+    log, items = planted_log()
     table = tmp_path / "items.csv"
     items.filter(pl.col("item") <= 40).write_csv(table)
     ds = prepare(log, out=tmp_path / "prepared", name="planted", progress=False)
-    fit(ds, _cfg("sasrec", table, "train.max_epochs=1"), tmp_path / "run", progress=False)
+    fit(ds, feature_config("sasrec", table, "train.max_epochs=1"), tmp_path / "run", progress=False)
     return tmp_path / "run"
 
 
@@ -153,17 +153,6 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-def _post(url: str, body: object) -> tuple[int, Any]:
-    req = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-
-
 @pytest.mark.slow
 def test_four_writers_twenty_rounds_cli_python_and_two_workers(run: Path, tmp_path: Path) -> None:
     """Two `seqrec add-items` loops, a Python `add_items` loop and POST /items to a server of
@@ -224,7 +213,7 @@ def test_four_writers_twenty_rounds_cli_python_and_two_workers(run: Path, tmp_pa
         def http() -> None:
             for r in range(rounds):
                 item = 4000 + r
-                status, body = _post(url + "/items", {"items": [_row(item)]})
+                status, body = post_json(url + "/items", {"items": [_row(item)]})
                 if status == 200 and body["added"] == [item]:
                     acked(item)
                 else:
@@ -248,7 +237,7 @@ def test_four_writers_twenty_rounds_cli_python_and_two_workers(run: Path, tmp_pa
         time.sleep(3)
         history = sorted(acknowledged)[-40:]
         for _ in range(12):
-            status, body = _post(url + "/recommend", {"history": history, "k": 5})
+            status, body = post_json(url + "/recommend", {"history": history, "k": 5})
             assert status == 200 and body["dropped"] == [], body
         assert len(items) == 40 + 4 * rounds
     finally:

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import seqrec
+from planted import N_GENRES, PER_GENRE, feature_config, planted_log, post_json
 from seqrec.cli import main
 from seqrec.config import ItemsConfig, RunConfig, load_config
 from seqrec.data.prepare import prepare
@@ -25,66 +26,14 @@ from seqrec.training.fit import fit
 from seqrec.training.rundir import RunDir
 from seqrec.training.validation import validate
 
-N_GENRES, PER_GENRE = 4, 10
-
-
-def _planted(seed: int = 0) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """40 items in 4 genres (item i: genre i % 4); each user picks from one genre; the items
-    table names the genre and a title with it."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    for u in range(160):
-        g = u % N_GENRES
-        pool = [i for i in range(1, N_GENRES * PER_GENRE + 1) if i % N_GENRES == g]
-        for t, i in enumerate(rng.choice(pool, size=8, replace=False)):
-            rows.append((u, int(i), t))
-    log = pl.DataFrame(rows, schema=["user", "item", "timestamp"], orient="row")
-    items = pl.DataFrame(
-        {
-            "item": list(range(1, N_GENRES * PER_GENRE + 5)),
-            "genre": [f"g{i % N_GENRES}" for i in range(1, N_GENRES * PER_GENRE + 5)],
-            "title": [
-                f"film {i} of kind {i % N_GENRES}" for i in range(1, N_GENRES * PER_GENRE + 5)
-            ],
-        }
-    )
-    return log, items
-
 
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory: pytest.TempPathFactory) -> tuple[PreparedDataset, Path]:
-    log, items = _planted()
+    log, items = planted_log()
     root = tmp_path_factory.mktemp("features")
     table = root / "items.csv"
     items.filter(pl.col("item") <= N_GENRES * PER_GENRE).write_csv(table)
     return prepare(log, out=root / "prepared", name="planted", progress=False), table
-
-
-def _cfg(model: str, table: Path, *more: str) -> RunConfig:
-    sizes = {
-        "sasrec": ["sasrec.d_model=16", "sasrec.max_len=10"],
-        "bert4rec": ["bert4rec.d_model=16", "bert4rec.max_len=10"],
-        "lrurec": ["lrurec.d_model=16", "lrurec.max_len=10"],
-        "gru4rec": ["gru4rec.d_model=16", "gru4rec.hidden=16", "gru4rec.max_len=10"],
-    }[model]
-    return load_config(
-        RunConfig,
-        None,
-        [
-            f"model={json.dumps(model)}",
-            *sizes,
-            f"items.table={json.dumps(str(table))}",
-            'items.features=["genre", "title:text"]',
-            "items.id_dropout=0.5",
-            "train.max_epochs=3",
-            "train.patience=0",
-            "train.batch_size=32",
-            "train.lr=1e-2",
-            "train.threads=1",
-            'train.device="cpu"',
-            *more,
-        ],
-    )
 
 
 @pytest.mark.parametrize("model", ["sasrec", "bert4rec", "lrurec", "gru4rec"])
@@ -92,7 +41,7 @@ def test_each_feature_model_trains_saves_and_loads_with_its_features(
     model: str, planted: tuple[PreparedDataset, Path], tmp_path: Path
 ) -> None:
     ds, table = planted
-    result = fit(ds, _cfg(model, table), tmp_path / "run", progress=False)
+    result = fit(ds, feature_config(model, table), tmp_path / "run", progress=False)
     assert (tmp_path / "run" / "items.npz").exists()
     assert "items.npz" in json.loads((tmp_path / "run" / "sha256.json").read_text())
     run = load_run(tmp_path / "run")
@@ -115,7 +64,7 @@ def test_each_feature_model_trains_saves_and_loads_with_its_features(
 def test_a_new_item_is_recommended_after_its_neighbours(
     planted: tuple[PreparedDataset, Path],
 ) -> None:
-    log, items = _planted()
+    log, items = planted_log()
     model = seqrec.SASRec(d_model=16, max_len=10, max_epochs=15, patience=0, seed=0)
     model.set_params(set=["items.id_dropout=0.5"])
     model.fit(
@@ -142,7 +91,7 @@ def test_a_new_item_is_recommended_after_its_neighbours(
 def test_the_cli_trains_with_an_items_table_and_adds_items(
     planted: tuple[PreparedDataset, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    log, items = _planted()
+    log, items = planted_log()
     data = tmp_path / "log.csv"
     log.write_csv(data)
     _, table = planted
@@ -163,7 +112,7 @@ def test_a_tampered_items_file_is_refused(
     planted: tuple[PreparedDataset, Path], tmp_path: Path
 ) -> None:
     ds, table = planted
-    fit(ds, _cfg("sasrec", table), tmp_path / "run", progress=False)
+    fit(ds, feature_config("sasrec", table), tmp_path / "run", progress=False)
     path = tmp_path / "run" / "items.npz"
     data = bytearray(path.read_bytes())
     data[-10] ^= 1
@@ -192,41 +141,34 @@ def test_a_bad_items_table_writes_nothing(
     table = tmp_path / "items.csv"
     pl.DataFrame({"item": [1, 2], "genre": ["a", "b"]}).write_csv(table)  # most items missing
     with pytest.raises(seqrec.errors.DataError, match=r"38 of 40 items have no row"):
-        fit(ds, _cfg("sasrec", table, 'items.features=["genre"]'), tmp_path / "run", progress=False)
+        fit(
+            ds,
+            feature_config("sasrec", table, 'items.features=["genre"]'),
+            tmp_path / "run",
+            progress=False,
+        )
     assert not (tmp_path / "run").exists()
 
 
 def test_items_are_added_over_http(planted: tuple[PreparedDataset, Path], tmp_path: Path) -> None:
     pytest.importorskip("uvicorn")
-    import urllib.error
-    import urllib.request
 
     from seqrec.serving.service import ServeOptions, create_app
     from test_serve import _running
 
     ds, table = planted
-    fit(ds, _cfg("sasrec", table), tmp_path / "run", progress=False)
+    fit(ds, feature_config("sasrec", table), tmp_path / "run", progress=False)
     rec = Recommender.from_run(tmp_path / "run")
-
-    def post(url: str, body: object) -> tuple[int, dict[str, object]]:
-        req = urllib.request.Request(
-            url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=10) as r:
-                return r.status, json.loads(r.read())
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read())
 
     new = [{"item": 41, "genre": "g1", "title": "film 41 of kind 1"}]
     with _running(create_app(rec, ServeOptions(save_items=False))) as url:
-        assert post(url + "/items", {"items": new}) == (200, {"added": [41], "n_items": 41})
-        status, body = post(url + "/items", {"items": new})
+        assert post_json(url + "/items", {"items": new}) == (200, {"added": [41], "n_items": 41})
+        status, body = post_json(url + "/items", {"items": new})
         assert status == 422 and "already in the catalogue (41)" in str(body["detail"])
-        status, body = post(url + "/items", {"items": [{"item": 42}]})
+        status, body = post_json(url + "/items", {"items": [{"item": 42}]})
         assert status == 422 and "no column genre" in str(body["detail"])
         # every item but the history's: the new one is among them
-        status, body = post(url + "/recommend", {"history": [1, 5, 9], "k": 40})
+        status, body = post_json(url + "/recommend", {"history": [1, 5, 9], "k": 40})
         items = [row["item"] for row in body["items"]]  # type: ignore[attr-defined]
         assert status == 200 and 41 in items and len(items) == 38
     assert RunDir(tmp_path / "run").vocab()["items"][-1] != 41  # save_items=False: not recorded
@@ -268,9 +210,9 @@ def test_init_from_a_run_whose_catalogue_grew(
     from seqrec.training.setup import setup
 
     ds, table = planted
-    fit(ds, _cfg(model, table, "train.max_epochs=1"), tmp_path / "old", progress=False)
+    fit(ds, feature_config(model, table, "train.max_epochs=1"), tmp_path / "old", progress=False)
     old = load_run(tmp_path / "old")
-    log, items = _planted(seed=1)  # another log, in another order, with four new items
+    log, items = planted_log(seed=1)  # another log, in another order, with four new items
     extra = [(1000 + i, item, t) for i, item in enumerate([41, 42, 43, 44]) for t in range(3)]
     log = pl.concat([log, pl.DataFrame(extra, schema=log.schema, orient="row")])
     log = log.with_columns(pl.col("item").cast(pl.Int64))
@@ -279,7 +221,7 @@ def test_init_from_a_run_whose_catalogue_grew(
     new_ds = prepare(log, out=tmp_path / "prepared", name="grown", progress=False)
     assert new_ds.n_items == 44 and list(new_ds.item_ids) != list(old.item_ids)
     init = json.dumps(str(tmp_path / "old"))
-    cfg = _cfg(model, grown, f"train.init_from={init}")
+    cfg = feature_config(model, grown, f"train.init_from={init}")
     training = setup(new_ds, cfg, torch.device("cpu"))
     ids_old = old.model.item_emb.ids.weight  # type: ignore[union-attr]
     ids_new = training.model.item_emb.ids.weight  # type: ignore[union-attr]

@@ -77,17 +77,17 @@ def full_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run holding every file a loader reads: item features, an item index, a checkpoint and
     the one before it, a log and a code diff."""
     pytest.importorskip("faiss")
+    from planted import feature_config, planted_log
     from seqrec.data.prepare import prepare
     from seqrec.serving.indexing import build_index
     from seqrec.training.fit import fit
-    from test_item_features_e2e import _cfg, _planted
 
     root = tmp_path_factory.mktemp("variants")
-    log, items = _planted()
+    log, items = planted_log()
     table = root / "items.csv"
     items.filter(pl.col("item") <= 40).write_csv(table)
     ds = prepare(log, out=root / "prepared", name="planted", progress=False)
-    cfg = _cfg("sasrec", table, "train.max_epochs=2")
+    cfg = feature_config("sasrec", table, "train.max_epochs=2")
     fit(ds, cfg, root / "run", progress=False, keep_checkpoints=True)
     run = root / "run"
     build_index(Recommender.from_run(run, exact=True), sample=10)
